@@ -1,0 +1,161 @@
+"""Test, lint and benchmark sessions for every accel package against CPU/gloo, CUDA/NCCL and XLA.
+
+Each ``tests(package, backend)`` session installs one package from its folder into a fresh venv
+together with only the sibling packages its pyproject declares, so a missing dependency declaration
+fails there. ``nox -t ci`` is what CI runs.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES_DIR = ROOT / "packages"
+PACKAGES = ["accel-state", "accel-ops", "accel-data", "accel-ckpt", "accel-launch", "accel"]
+BACKENDS = ["cpu", "cuda", "xla"]
+CONSTRAINTS = {backend: str(ROOT / "constraints" / f"{backend}.txt") for backend in BACKENDS}
+TEST_TOOLS = ["pytest", "pytest-timeout"]
+# A worker process gets one thread per core at most; with 2-3 ranks on 2 cores, 1 is right.
+TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
+
+
+def declared_dependencies(package: str) -> list[str]:
+    """The requirement names a package's pyproject declares (no versions, no extras)."""
+    project = tomllib.loads((PACKAGES_DIR / package / "pyproject.toml").read_text())["project"]
+    return [re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0] for requirement in project["dependencies"]]
+
+
+def local_closure(package: str) -> list[str]:
+    """The package and every sibling it needs, dependencies first."""
+    ordered: list[str] = []
+
+    def visit(name: str) -> None:
+        for dependency in declared_dependencies(name):
+            if dependency in PACKAGES and dependency not in ordered:
+                visit(dependency)
+        if name not in ordered:
+            ordered.append(name)
+
+    visit(package)
+    return ordered
+
+
+def package_targets(packages: list[str], extras: str = "test") -> list[str]:
+    """pip arguments installing ``packages`` from their folders, with an extra where declared."""
+    targets = []
+    for name in packages:
+        project = tomllib.loads((PACKAGES_DIR / name / "pyproject.toml").read_text())["project"]
+        wanted = extras if extras in project.get("optional-dependencies", {}) else ""
+        targets.append(f"{PACKAGES_DIR / name}[{wanted}]" if wanted else str(PACKAGES_DIR / name))
+    return targets
+
+
+def install_packages(session: nox.Session, backend: str, packages: list[str], *extra: str) -> None:
+    """Install sibling packages and tools under the backend's constraints."""
+    session.install("-c", CONSTRAINTS[backend], *package_targets(packages), *TEST_TOOLS, *extra)
+
+
+def install_over_system_torch(session: nox.Session, packages: list[str]) -> None:
+    """Make the machine's CUDA build of torch visible in the venv, then add our packages.
+
+    GPU machines ship torch built for their driver and may have no index to install from, so the
+    venv links the site-packages of ``$ACCEL_CUDA_PYTHON`` (default ``python3``) and our packages
+    go in without dependencies (``PIP_FIND_LINKS`` may point at carried wheels such as hatchling).
+    """
+    python = os.environ.get("ACCEL_CUDA_PYTHON", "python3")
+    code = "import site, torch; print(chr(10).join(site.getsitepackages()))"
+    output = session.run(python, "-c", code, external=True, silent=True)
+    purelib = session.run(
+        "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True
+    )
+    if not isinstance(output, str) or not isinstance(purelib, str):
+        session.error(f"cuda leg: {python} has no torch to reuse")
+    Path(purelib.strip(), "accel_system_torch.pth").write_text(output)
+    session.install("--no-deps", *package_targets(packages, extras=""))
+
+
+def nvidia_gpu_present() -> bool:
+    """Whether this machine has an NVIDIA driver and at least one GPU."""
+    return shutil.which("nvidia-smi") is not None and Path("/dev/nvidia0").exists()
+
+
+@nox.session
+@nox.parametrize("backend", [nox.param(b, tags=["ci"] if b != "xla" else []) for b in BACKENDS])
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str, backend: str) -> None:
+    """Run one package's tests on one backend; hardware legs select only their marked tests."""
+    tests_dir = PACKAGES_DIR / package / "tests"
+    pytest_args = ["pytest", str(tests_dir), "-p", "no:cacheprovider", *session.posargs]
+    env = dict(TEST_ENV)
+    if backend == "cuda":
+        if not nvidia_gpu_present():
+            session.skip("cuda leg: no NVIDIA GPU on this machine (nvidia-smi or /dev/nvidia0 missing)")
+        pytest_args += ["-m", "cuda"]
+    elif backend == "xla":
+        if platform.system() != "Linux" or platform.machine() != "x86_64":
+            session.skip(f"xla leg: torch_xla wheels exist for Linux x86_64, not {platform.platform()}")
+        pytest_args += ["-m", "xla"]
+        env["PJRT_DEVICE"] = os.environ.get("PJRT_DEVICE", "CPU")
+    if backend == "cuda":
+        install_over_system_torch(session, local_closure(package))
+    else:
+        install_packages(session, backend, local_closure(package))
+    # Exit code 5: this package has no tests marked for the hardware leg.
+    session.run(*pytest_args, env=env, success_codes=[0, 5] if backend != "cpu" else [0])
+
+
+@nox.session(tags=["ci"])
+def integration(session: nox.Session) -> None:
+    """Cross-package, multi-process and CLI end-to-end tests."""
+    install_packages(session, "cpu", PACKAGES)
+    tests_dir = ROOT / "tests-integration"
+    if not any(tests_dir.glob("test_*.py")):
+        session.skip("tests-integration/ holds no tests yet")
+    session.run("pytest", str(tests_dir), "-p", "no:cacheprovider", *session.posargs, env=TEST_ENV)
+
+
+@nox.session(tags=["ci"])
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check over the whole repository."""
+    session.install("-c", CONSTRAINTS["cpu"], "ruff")
+    session.run("ruff", "check", str(ROOT))
+    session.run("ruff", "format", "--check", str(ROOT))
+
+
+@nox.session(tags=["ci"])
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's sources."""
+    install_packages(session, "cpu", PACKAGES, "mypy")
+    sources = [str(PACKAGES_DIR / name / "src") for name in PACKAGES]
+    session.run("mypy", "--config-file", str(ROOT / "mypy.ini"), *sources)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run every benchmark in benchmarks/ (ratios against raw PyTorch measured in the same run)."""
+    install_packages(session, "cpu", PACKAGES)
+    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    if not scripts:
+        session.skip("benchmarks/ holds no benchmark yet")
+    for script in scripts:
+        session.run("python", str(script), *session.posargs, env=TEST_ENV)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Run the example job on 2 CPU processes."""
+    install_packages(session, "cpu", PACKAGES)
+    session.run(
+        "python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "accel_state.hello",
+        env=TEST_ENV,
+    )

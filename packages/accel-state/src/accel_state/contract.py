@@ -1,0 +1,220 @@
+"""The launcher-to-worker environment contract.
+
+The launcher (``accel launch``, ``notebook_launcher`` or any tool that wants the same behaviour) starts
+workers with PyTorch's standard variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...) plus the
+variables below. This module is the only place that names or parses them: the launcher writes them with
+:meth:`LaunchContract.to_env` and workers read them with :meth:`LaunchContract.from_env`.
+
+=====================================  ===========================================================
+Variable                               Meaning
+=====================================  ===========================================================
+``ACCEL_MIXED_PRECISION``              ``no``, ``fp16``, ``bf16`` or ``fp8``
+``ACCEL_USE_CPU``                      force the CPU even when an accelerator is present
+``ACCEL_GRADIENT_ACCUMULATION_STEPS``  micro-steps per optimizer step (integer >= 1)
+``ACCEL_DEBUG_MODE``                   check shapes across ranks before each collective
+``ACCEL_DYNAMO_BACKEND``               ``torch.compile`` backend, ``no`` to disable
+``ACCEL_DYNAMO_MODE``                  ``torch.compile`` mode (``default``, ``reduce-overhead``...)
+``ACCEL_DYNAMO_USE_FULLGRAPH``         ``torch.compile(fullgraph=...)``
+``ACCEL_DYNAMO_USE_DYNAMIC``           ``torch.compile(dynamic=...)``
+``ACCEL_USE_DEEPSPEED``                wrap models with DeepSpeed
+``ACCEL_DEEPSPEED_CONFIG``             JSON object: the launcher's DeepSpeed settings
+``ACCEL_USE_FSDP``                     wrap models with FSDP
+``ACCEL_FSDP_CONFIG``                  JSON object: the launcher's ``fsdp_*`` settings
+``ACCEL_BACKEND``                      communication backend to use (``gloo``, ``nccl``, ``mpi``...)
+``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before the job fails
+``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
+=====================================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from accel_state.envvars import read_bool, read_choice, read_int
+from accel_state.errors import EnvironmentConfigError
+from accel_state.types import PrecisionType
+
+MIXED_PRECISION = "ACCEL_MIXED_PRECISION"
+USE_CPU = "ACCEL_USE_CPU"
+GRADIENT_ACCUMULATION_STEPS = "ACCEL_GRADIENT_ACCUMULATION_STEPS"
+DEBUG_MODE = "ACCEL_DEBUG_MODE"
+DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
+DYNAMO_MODE = "ACCEL_DYNAMO_MODE"
+DYNAMO_USE_FULLGRAPH = "ACCEL_DYNAMO_USE_FULLGRAPH"
+DYNAMO_USE_DYNAMIC = "ACCEL_DYNAMO_USE_DYNAMIC"
+USE_DEEPSPEED = "ACCEL_USE_DEEPSPEED"
+DEEPSPEED_CONFIG = "ACCEL_DEEPSPEED_CONFIG"
+USE_FSDP = "ACCEL_USE_FSDP"
+FSDP_CONFIG = "ACCEL_FSDP_CONFIG"
+BACKEND = "ACCEL_BACKEND"
+PROCESS_GROUP_TIMEOUT = "ACCEL_PROCESS_GROUP_TIMEOUT"
+DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
+
+ALL_VARIABLES = (
+    MIXED_PRECISION,
+    USE_CPU,
+    GRADIENT_ACCUMULATION_STEPS,
+    DEBUG_MODE,
+    DYNAMO_BACKEND,
+    DYNAMO_MODE,
+    DYNAMO_USE_FULLGRAPH,
+    DYNAMO_USE_DYNAMIC,
+    USE_DEEPSPEED,
+    DEEPSPEED_CONFIG,
+    USE_FSDP,
+    FSDP_CONFIG,
+    BACKEND,
+    PROCESS_GROUP_TIMEOUT,
+    DOWNCAST_BF16,
+)
+
+BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]
+
+
+def _read_json_object(environ: Mapping[str, str], name: str) -> dict[str, Any]:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise EnvironmentConfigError(f"{name} is not valid JSON ({error.msg}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise EnvironmentConfigError(f"{name} must hold a JSON object, got {raw!r}.")
+    return value
+
+
+def _read_positive_float(environ: Mapping[str, str], name: str) -> float | None:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise EnvironmentConfigError(f"{name}={raw!r} is not a number of seconds.") from None
+    if value <= 0:
+        raise EnvironmentConfigError(f"{name}={raw!r} must be a positive number of seconds.")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchContract:
+    """Settings a launcher hands to its workers through the environment.
+
+    Attributes mirror the ``accel launch`` flags; the module docstring lists the variables.
+    """
+
+    mixed_precision: PrecisionType = PrecisionType.NO
+    use_cpu: bool = False
+    gradient_accumulation_steps: int = 1
+    debug: bool = False
+    dynamo_backend: str = "no"
+    dynamo_mode: str | None = None
+    dynamo_use_fullgraph: bool = False
+    dynamo_use_dynamic: bool | None = None
+    use_deepspeed: bool = False
+    deepspeed_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    use_fsdp: bool = False
+    fsdp_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    backend: str | None = None
+    process_group_timeout: float | None = None
+    downcast_bf16: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mixed_precision", _to_precision(self.mixed_precision))
+        if self.gradient_accumulation_steps < 1:
+            raise EnvironmentConfigError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} must be >= 1."
+            )
+        if self.use_deepspeed and self.use_fsdp:
+            raise EnvironmentConfigError(
+                "use_deepspeed and use_fsdp are both set; choose one model-sharding strategy."
+            )
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise EnvironmentConfigError(
+                f"backend={self.backend!r} is not known; choose one of {', '.join(BACKENDS)}."
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LaunchContract:
+        """Read the contract from ``environ`` (default: ``os.environ``).
+
+        Raises:
+            EnvironmentConfigError: A variable holds a value outside what it accepts.
+        """
+        env = os.environ if environ is None else environ
+        dynamic_raw = env.get(DYNAMO_USE_DYNAMIC)
+        backend = read_choice(env, BACKEND, BACKENDS, "") or None
+        use_deepspeed = read_bool(env, USE_DEEPSPEED)
+        use_fsdp = read_bool(env, USE_FSDP)
+        if use_deepspeed and use_fsdp:
+            raise EnvironmentConfigError(
+                f"{USE_DEEPSPEED} and {USE_FSDP} are both true; a job uses one sharding strategy."
+            )
+        return cls(
+            mixed_precision=PrecisionType(
+                read_choice(env, MIXED_PRECISION, PrecisionType.list(), "no")
+            ),
+            use_cpu=read_bool(env, USE_CPU),
+            gradient_accumulation_steps=read_int(
+                env, GRADIENT_ACCUMULATION_STEPS, default=1, minimum=1
+            ),
+            debug=read_bool(env, DEBUG_MODE),
+            dynamo_backend=(env.get(DYNAMO_BACKEND) or "no").strip().lower(),
+            dynamo_mode=env.get(DYNAMO_MODE) or None,
+            dynamo_use_fullgraph=read_bool(env, DYNAMO_USE_FULLGRAPH),
+            dynamo_use_dynamic=(
+                None if dynamic_raw in (None, "") else read_bool(env, DYNAMO_USE_DYNAMIC)
+            ),
+            use_deepspeed=use_deepspeed,
+            deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG),
+            use_fsdp=use_fsdp,
+            fsdp_config=_read_json_object(env, FSDP_CONFIG),
+            backend=backend,
+            process_group_timeout=_read_positive_float(env, PROCESS_GROUP_TIMEOUT),
+            downcast_bf16=read_bool(env, DOWNCAST_BF16),
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """Return the variables a launcher sets so that :meth:`from_env` yields this contract."""
+        env = {
+            MIXED_PRECISION: self.mixed_precision.value,
+            USE_CPU: _flag(self.use_cpu),
+            GRADIENT_ACCUMULATION_STEPS: str(self.gradient_accumulation_steps),
+            DEBUG_MODE: _flag(self.debug),
+            DYNAMO_BACKEND: self.dynamo_backend,
+            DYNAMO_USE_FULLGRAPH: _flag(self.dynamo_use_fullgraph),
+            USE_DEEPSPEED: _flag(self.use_deepspeed),
+            USE_FSDP: _flag(self.use_fsdp),
+            DOWNCAST_BF16: _flag(self.downcast_bf16),
+        }
+        if self.dynamo_mode is not None:
+            env[DYNAMO_MODE] = self.dynamo_mode
+        if self.dynamo_use_dynamic is not None:
+            env[DYNAMO_USE_DYNAMIC] = _flag(self.dynamo_use_dynamic)
+        if self.deepspeed_config:
+            env[DEEPSPEED_CONFIG] = json.dumps(self.deepspeed_config, sort_keys=True)
+        if self.fsdp_config:
+            env[FSDP_CONFIG] = json.dumps(self.fsdp_config, sort_keys=True)
+        if self.backend is not None:
+            env[BACKEND] = self.backend
+        if self.process_group_timeout is not None:
+            env[PROCESS_GROUP_TIMEOUT] = repr(float(self.process_group_timeout))
+        return env
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _to_precision(value: PrecisionType | str) -> PrecisionType:
+    try:
+        return PrecisionType(value)
+    except ValueError:
+        raise EnvironmentConfigError(
+            f"mixed_precision={value!r} is not valid; choose one of {', '.join(PrecisionType.list())}."
+        ) from None

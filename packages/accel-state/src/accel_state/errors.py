@@ -1,0 +1,23 @@
+"""Exception hierarchy of accel-state: every error this package raises derives from AccelStateError."""
+
+from __future__ import annotations
+
+
+class AccelStateError(Exception):
+    """Base class of every error raised by accel-state."""
+
+
+class EnvironmentConfigError(AccelStateError, ValueError):
+    """An environment variable is missing, malformed, or contradicts another one."""
+
+
+class DeviceSelectionError(AccelStateError, RuntimeError):
+    """The requested device or communication backend is not available on this machine."""
+
+
+class ProcessGroupError(AccelStateError, RuntimeError):
+    """Starting, adopting or tearing down the process group failed."""
+
+
+class StateConflictError(AccelStateError, RuntimeError):
+    """The process-wide state is already initialised with settings that contradict a new request."""

@@ -1,0 +1,95 @@
+"""Starting, adopting and stopping the default process group: the one piece of process-wide state."""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from accel_state.cluster.base import ProcessLayout
+from accel_state.errors import ProcessGroupError
+
+DEFAULT_TIMEOUT_SECONDS = 1800.0
+
+
+def resolve_timeout(
+    timeout: datetime.timedelta | float | None, environment_seconds: float | None
+) -> datetime.timedelta:
+    """The process-group timeout: the argument, else ``ACCEL_PROCESS_GROUP_TIMEOUT``, else 30 min.
+
+    Raises:
+        ProcessGroupError: A non-positive timeout.
+    """
+    if timeout is None:
+        timeout = environment_seconds if environment_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    if timeout.total_seconds() <= 0:
+        raise ProcessGroupError(f"timeout={timeout} must be positive.")
+    return timeout
+
+
+def start_process_group(
+    layout: ProcessLayout,
+    backend: str,
+    timeout: datetime.timedelta,
+    device: torch.device | None = None,
+) -> bool:
+    """Start the default process group for ``layout``, or adopt one that already exists.
+
+    Args:
+        layout: Ranks and rendezvous address.
+        backend: Communication backend (``gloo``, ``nccl``, ``xla``...).
+        timeout: How long any collective may wait before failing.
+        device: The process's device; a CUDA device is bound to the group eagerly.
+
+    Returns:
+        True when this call started the group (and so owns it), False when it adopted one.
+
+    Raises:
+        ProcessGroupError: torch.distributed is missing, the existing group disagrees with the
+            layout, or the rendezvous fails.
+    """
+    if not dist.is_available():
+        raise ProcessGroupError("This PyTorch build has no torch.distributed support.")
+    if dist.is_initialized():
+        if dist.get_world_size() != layout.world_size or dist.get_rank() != layout.rank:
+            raise ProcessGroupError(
+                f"A process group already exists with rank {dist.get_rank()} of "
+                f"{dist.get_world_size()}, but the environment says rank {layout.rank} of "
+                f"{layout.world_size}; start the group with the launcher's values."
+            )
+        return False
+    if backend == "xla":
+        import torch_xla.distributed.xla_backend  # noqa: F401  (registers the backend)
+
+        init_method = "xla://"
+    elif layout.source == "torchelastic":
+        init_method = "env://"
+    else:
+        init_method = f"tcp://{layout.master_addr}:{layout.master_port}"
+    kwargs: dict[str, object] = {}
+    if device is not None and device.type == "cuda":
+        kwargs["device_id"] = device
+    try:
+        dist.init_process_group(
+            backend=backend,
+            init_method=init_method,
+            rank=layout.rank,
+            world_size=layout.world_size,
+            timeout=timeout,
+            **kwargs,
+        )
+    except Exception as error:  # noqa: BLE001 - re-raised with the rendezvous details
+        raise ProcessGroupError(
+            f"Could not start the {backend} process group as rank {layout.rank} of "
+            f"{layout.world_size} via {init_method} (from the {layout.source} environment): {error}"
+        ) from error
+    return True
+
+
+def stop_process_group() -> None:
+    """Destroy the default process group if one exists."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

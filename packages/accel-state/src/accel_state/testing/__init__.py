@@ -1,0 +1,17 @@
+"""Helpers for testing distributed code with real processes: spawn workers, run torchrun, mark tests.
+
+These are public so that accel's other packages, and libraries built on them, can test their own
+collectives over real gloo process groups.
+"""
+
+from accel_state.testing.ports import find_free_port
+from accel_state.testing.torchrun import run_torchrun
+from accel_state.testing.workers import WorkerFailedError, WorkersTimedOutError, spawn_workers
+
+__all__ = [
+    "WorkerFailedError",
+    "WorkersTimedOutError",
+    "find_free_port",
+    "run_torchrun",
+    "spawn_workers",
+]

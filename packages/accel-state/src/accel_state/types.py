@@ -1,0 +1,76 @@
+"""Enumerations shared by every accel package: distributed mode, precision, RNG kinds."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _StrEnum(str, Enum):
+    """A string enum that compares equal to its value and prints as it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """Return the values of all members, aliases excluded."""
+        return [member.value for member in cls]
+
+
+class DistributedType(_StrEnum):
+    """How the current job is distributed.
+
+    ``TPU`` is accepted as an alias of ``XLA`` (``DistributedType.TPU is DistributedType.XLA``).
+    """
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_XPU = "MULTI_XPU"
+    XLA = "XLA"
+    TPU = "XLA"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    MEGATRON_LM = "MEGATRON_LM"
+
+    @classmethod
+    def _missing_(cls, value: object) -> DistributedType | None:
+        if isinstance(value, str) and value.upper() == "TPU":
+            return cls.XLA
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls.__members__[value.upper()]
+        return None
+
+
+class PrecisionType(_StrEnum):
+    """Mixed-precision modes."""
+
+    NO = "no"
+    FP8 = "fp8"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+    @classmethod
+    def _missing_(cls, value: object) -> PrecisionType | None:
+        if isinstance(value, str) and value.lower() in {m.value for m in cls}:
+            return cls(value.lower())
+        return None
+
+
+class RNGType(_StrEnum):
+    """Random number generators that can be synchronised across processes."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    XLA = "xla"
+    MPS = "mps"
+    NPU = "npu"
+    XPU = "xpu"
+    GENERATOR = "generator"
+
+
+class ComputeEnvironment(_StrEnum):
+    """Where the job runs, as written in launcher config files."""
+
+    LOCAL_MACHINE = "LOCAL_MACHINE"
+    AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
