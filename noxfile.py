@@ -11,10 +11,10 @@ import os
 import platform
 import re
 import shutil
-import tomllib
 from pathlib import Path
 
 import nox
+import tomllib
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
@@ -32,7 +32,10 @@ nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
 def declared_dependencies(package: str) -> list[str]:
     """The requirement names a package's pyproject declares (no versions, no extras)."""
     project = tomllib.loads((PACKAGES_DIR / package / "pyproject.toml").read_text())["project"]
-    return [re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0] for requirement in project["dependencies"]]
+    return [
+        re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        for requirement in project["dependencies"]
+    ]
 
 
 def local_closure(package: str) -> list[str]:
@@ -99,11 +102,15 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
     env = dict(TEST_ENV)
     if backend == "cuda":
         if not nvidia_gpu_present():
-            session.skip("cuda leg: no NVIDIA GPU on this machine (nvidia-smi or /dev/nvidia0 missing)")
+            session.skip(
+                "cuda leg: no NVIDIA GPU on this machine (nvidia-smi or /dev/nvidia0 missing)"
+            )
         pytest_args += ["-m", "cuda"]
     elif backend == "xla":
         if platform.system() != "Linux" or platform.machine() != "x86_64":
-            session.skip(f"xla leg: torch_xla wheels exist for Linux x86_64, not {platform.platform()}")
+            session.skip(
+                f"xla leg: torch_xla wheels exist for Linux x86_64, not {platform.platform()}"
+            )
         pytest_args += ["-m", "xla"]
         env["PJRT_DEVICE"] = os.environ.get("PJRT_DEVICE", "CPU")
     if backend == "cuda":
@@ -156,6 +163,12 @@ def demo(session: nox.Session) -> None:
     """Run the example job on 2 CPU processes."""
     install_packages(session, "cpu", PACKAGES)
     session.run(
-        "python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "accel_state.hello",
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "accel_state.hello",
         env=TEST_ENV,
     )

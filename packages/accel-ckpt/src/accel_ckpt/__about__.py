@@ -1,1 +1,3 @@
+"""The package version, read by hatch and at run time."""
+
 __version__ = "0.1.0"

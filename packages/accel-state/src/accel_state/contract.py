@@ -145,6 +145,7 @@ class LaunchContract:
 
         Raises:
             EnvironmentConfigError: A variable holds a value outside what it accepts.
+
         """
         env = os.environ if environ is None else environ
         dynamic_raw = env.get(DYNAMO_USE_DYNAMIC)

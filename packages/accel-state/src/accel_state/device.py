@@ -24,7 +24,9 @@ def mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
-def select_device(layout: ProcessLayout, *, use_cpu: bool = False, use_xla: bool = False) -> torch.device:
+def select_device(
+    layout: ProcessLayout, *, use_cpu: bool = False, use_xla: bool = False
+) -> torch.device:
     """Pick the device for this process and make it current.
 
     Order: CPU when ``use_cpu``; the XLA device when ``use_xla``; CUDA (``cuda:<local_rank>``);
@@ -37,6 +39,7 @@ def select_device(layout: ProcessLayout, *, use_cpu: bool = False, use_xla: bool
 
     Raises:
         DeviceSelectionError: XLA requested without torch_xla, or more local processes than GPUs.
+
     """
     if use_cpu:
         return torch.device("cpu")
@@ -102,6 +105,7 @@ def select_backend(device: torch.device, requested: str | None = None) -> str:
 
     Raises:
         DeviceSelectionError: The requested backend is not available or cannot drive ``device``.
+
     """
     backend = requested or default_backend(device)
     if backend == "ccl" and importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None:

@@ -22,6 +22,7 @@ def str_to_bool(value: str, name: str = "value") -> bool:
 
     Raises:
         EnvironmentConfigError: When the text is none of the accepted spellings.
+
     """
     lowered = value.strip().lower()
     if lowered in _TRUE:
@@ -46,6 +47,7 @@ def read_int(
 
     Raises:
         EnvironmentConfigError: When the variable is missing (and required), not an integer, or too small.
+
     """
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
@@ -69,9 +71,7 @@ def read_bool(environ: Mapping[str, str], name: str, default: bool = False) -> b
     return str_to_bool(raw, name)
 
 
-def read_choice(
-    environ: Mapping[str, str], name: str, choices: list[str], default: str
-) -> str:
+def read_choice(environ: Mapping[str, str], name: str, choices: list[str], default: str) -> str:
     """Read a variable restricted to ``choices`` (compared lower-case)."""
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
@@ -94,6 +94,7 @@ def patch_environment(**kwargs: Any) -> Iterator[None]:
     Example:
         >>> with patch_environment(master_port="29501"):
         ...     pass
+
     """
     saved: dict[str, str | None] = {}
     for key, value in kwargs.items():

@@ -25,6 +25,7 @@ class GradientState:
     Args:
         gradient_accumulation_plugin: Optional mapping (or object with ``to_kwargs()``) of
             ``num_steps``, ``adjust_scheduler``, ``sync_with_dataloader``, ``sync_each_batch``.
+
     """
 
     _shared_state: ClassVar[dict[str, Any]] = shared_dict("GradientState")

@@ -45,6 +45,7 @@ class PartialState:
         StateConflictError: The state already exists with a different device or backend request.
         accel_state.EnvironmentConfigError: Malformed launcher variables.
         accel_state.ProcessGroupError: The process group could not be started.
+
     """
 
     _shared_state: ClassVar[dict[str, Any]] = shared_dict("PartialState")
@@ -248,6 +249,7 @@ class PartialState:
             inputs: A list, tuple, tensor, or dict of those (split on the first dimension).
             apply_padding: Repeat the last element so every process gets the same count (useful
                 before :func:`gather`; drop the extras afterwards).
+
         """
         yield split_inputs(inputs, self.num_processes, self.process_index, apply_padding)
 
@@ -279,7 +281,9 @@ class PartialState:
         Use as ``@state.on_process(process_index=1)``.
         """
         if process_index is None:
-            raise ValueError("on_process needs process_index=<rank>, e.g. @state.on_process(process_index=1).")
+            raise ValueError(
+                "on_process needs process_index=<rank>, e.g. @state.on_process(process_index=1)."
+            )
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
         return self._only_if(lambda: self.process_index == process_index, function)

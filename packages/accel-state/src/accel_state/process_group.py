@@ -20,9 +20,12 @@ def resolve_timeout(
 
     Raises:
         ProcessGroupError: A non-positive timeout.
+
     """
     if timeout is None:
-        timeout = environment_seconds if environment_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+        timeout = (
+            environment_seconds if environment_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+        )
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
     if timeout.total_seconds() <= 0:
@@ -50,6 +53,7 @@ def start_process_group(
     Raises:
         ProcessGroupError: torch.distributed is missing, the existing group disagrees with the
             layout, or the rendezvous fails.
+
     """
     if not dist.is_available():
         raise ProcessGroupError("This PyTorch build has no torch.distributed support.")
@@ -69,9 +73,7 @@ def start_process_group(
         init_method = "env://"
     else:
         init_method = f"tcp://{layout.master_addr}:{layout.master_port}"
-    kwargs: dict[str, object] = {}
-    if device is not None and device.type == "cuda":
-        kwargs["device_id"] = device
+    bound_device = device if device is not None and device.type == "cuda" else None
     try:
         dist.init_process_group(
             backend=backend,
@@ -79,9 +81,9 @@ def start_process_group(
             rank=layout.rank,
             world_size=layout.world_size,
             timeout=timeout,
-            **kwargs,
+            device_id=bound_device,
         )
-    except Exception as error:  # noqa: BLE001 - re-raised with the rendezvous details
+    except Exception as error:
         raise ProcessGroupError(
             f"Could not start the {backend} process group as rank {layout.rank} of "
             f"{layout.world_size} via {init_method} (from the {layout.source} environment): {error}"

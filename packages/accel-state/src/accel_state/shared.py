@@ -28,6 +28,7 @@ def reset_state(stop_process_group: bool = True) -> None:
     Args:
         stop_process_group: Also destroy the default process group when accel-state started it
             (one adopted from the caller is left alone).
+
     """
     partial = _REGISTRY.get("PartialState", {})
     if stop_process_group and partial.get("owns_process_group"):

@@ -31,6 +31,7 @@ def split_inputs(
     Raises:
         TypeError: An input of another type.
         ValueError: A Mapping whose values differ in length.
+
     """
     if isinstance(inputs, Mapping):
         lengths = {key: _length(value) for key, value in inputs.items()}

@@ -26,6 +26,7 @@ class ProcessLayout:
         master_addr: Address of the rank-0 machine, for the rendezvous store.
         master_port: Port of the rendezvous store.
         source: Name of the cluster environment that produced the layout.
+
     """
 
     rank: int = 0
@@ -96,6 +97,7 @@ class ClusterEnvironment(abc.ABC):
 
         Raises:
             EnvironmentConfigError: A variable is missing, malformed, or contradicts another.
+
         """
 
 
@@ -104,6 +106,7 @@ def node_count(world_size: int, local_world_size: int, source: str) -> int:
 
     Raises:
         EnvironmentConfigError: When ``world_size`` is not a multiple of ``local_world_size``.
+
     """
     if local_world_size < 1 or world_size % local_world_size:
         raise EnvironmentConfigError(

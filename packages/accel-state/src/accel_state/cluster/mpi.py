@@ -73,8 +73,10 @@ class OpenMPIEnvironment(ClusterEnvironment):
 
 
 class MPICHEnvironment(ClusterEnvironment):
-    """MPICH, Intel MPI and other PMI launchers: ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``,
-    ``MPI_LOCALNRANKS``."""
+    """MPICH, Intel MPI and other PMI launchers.
+
+    Reads ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID`` and ``MPI_LOCALNRANKS``.
+    """
 
     name = "mpich"
 

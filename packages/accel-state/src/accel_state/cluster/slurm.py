@@ -19,6 +19,7 @@ def first_host(nodelist: str) -> str:
 
     Raises:
         EnvironmentConfigError: When the list is empty or its brackets do not close.
+
     """
     text = nodelist.strip()
     depth = 0
@@ -43,6 +44,7 @@ def tasks_per_node(spec: str) -> list[int]:
 
     Raises:
         EnvironmentConfigError: When a part is not ``N`` or ``N(xM)``.
+
     """
     counts: list[int] = []
     for part in spec.split(","):
@@ -56,7 +58,9 @@ def tasks_per_node(spec: str) -> list[int]:
 
 
 class SlurmEnvironment(ClusterEnvironment):
-    """Reads ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NODEID``, the task counts
+    """Processes of an ``srun`` step.
+
+    Reads ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``SLURM_NODEID``, the task counts
     per node and the node list (its first host is the main address unless ``MASTER_ADDR`` is set).
 
     An interactive allocation (job name ``bash`` or ``interactive``) is not treated as a launch.

@@ -15,8 +15,11 @@ from accel_state.errors import EnvironmentConfigError
 
 
 class TorchElasticEnvironment(ClusterEnvironment):
-    """Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
-    ``GROUP_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``."""
+    """Processes started by torchrun.
+
+    Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+    ``GROUP_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``.
+    """
 
     name = "torchelastic"
 

@@ -30,6 +30,7 @@ class XLAEnvironment(ClusterEnvironment):
 
         Raises:
             EnvironmentConfigError: ``PJRT_DEVICE`` is set but torch_xla is not installed.
+
         """
         if not torch_xla_available():
             raise EnvironmentConfigError(

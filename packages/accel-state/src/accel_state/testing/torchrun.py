@@ -25,9 +25,17 @@ def run_torchrun(
         timeout: Seconds before the whole process tree is killed (``subprocess.TimeoutExpired``).
         env: Extra environment variables.
         cwd: Working directory.
+
     """
     environ = {**os.environ, "OMP_NUM_THREADS": "1", **(dict(env) if env else {})}
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for name in (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ):
         environ.pop(name, None)
     command = [
         sys.executable,

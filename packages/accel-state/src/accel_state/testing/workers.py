@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -39,10 +40,8 @@ def _worker_main(
     finally:
         from accel_state.shared import reset_state
 
-        try:
+        with contextlib.suppress(Exception):  # teardown problems must not hide the result
             reset_state()
-        except Exception:  # noqa: BLE001 - teardown problems must not hide the result
-            pass
     results.put((rank, payload[0], payload[1]))
 
 
@@ -66,6 +65,7 @@ def spawn_workers(
     Raises:
         WorkerFailedError: A worker raised; the others are killed at once.
         WorkersTimedOutError: Not all workers finished within ``timeout`` seconds.
+
     """
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -113,9 +113,7 @@ def spawn_workers(
                     ) from None
                 continue
             if status == "error":
-                raise WorkerFailedError(
-                    f"Rank {rank} of {world_size} failed:\n{payload.decode()}"
-                )
+                raise WorkerFailedError(f"Rank {rank} of {world_size} failed:\n{payload.decode()}")
             values[rank] = pickle.loads(payload)
         succeeded = True
     finally:

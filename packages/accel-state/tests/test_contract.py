@@ -1,0 +1,78 @@
+import pytest
+
+from accel_state import EnvironmentConfigError, LaunchContract, PrecisionType
+from accel_state import contract as names
+
+
+def test_defaults_when_nothing_is_set():
+    contract = LaunchContract.from_env({})
+    assert contract == LaunchContract()
+    assert contract.mixed_precision is PrecisionType.NO
+    assert contract.gradient_accumulation_steps == 1
+    assert not contract.debug
+
+
+def test_round_trip_through_the_environment():
+    contract = LaunchContract(
+        mixed_precision="bf16",
+        use_cpu=True,
+        gradient_accumulation_steps=4,
+        debug=True,
+        dynamo_backend="inductor",
+        dynamo_mode="reduce-overhead",
+        dynamo_use_fullgraph=True,
+        dynamo_use_dynamic=False,
+        use_fsdp=True,
+        fsdp_config={"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_offload_params": False},
+        backend="gloo",
+        process_group_timeout=42.5,
+        downcast_bf16=True,
+    )
+    environ = contract.to_env()
+    assert all(name.startswith("ACCEL_") for name in environ)
+    assert set(environ) <= set(names.ALL_VARIABLES)
+    assert LaunchContract.from_env(environ) == contract
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        (names.MIXED_PRECISION, "fp64", "ACCEL_MIXED_PRECISION='fp64'"),
+        (names.GRADIENT_ACCUMULATION_STEPS, "0", "must be >= 1"),
+        (names.GRADIENT_ACCUMULATION_STEPS, "two", "is not an integer"),
+        (names.DEBUG_MODE, "maybe", "is not a boolean"),
+        (names.DEEPSPEED_CONFIG, "{not json", "is not valid JSON"),
+        (names.FSDP_CONFIG, "[1, 2]", "must hold a JSON object"),
+        (names.BACKEND, "carrier-pigeon", "ACCEL_BACKEND='carrier-pigeon'"),
+        (names.PROCESS_GROUP_TIMEOUT, "-3", "positive"),
+    ],
+)
+def test_malformed_values_name_the_variable(variable, value, fragment):
+    with pytest.raises(EnvironmentConfigError) as raised:
+        LaunchContract.from_env({variable: value})
+    assert fragment in str(raised.value)
+    assert variable in str(raised.value) or variable.removeprefix("ACCEL_").lower() in str(
+        raised.value
+    )
+
+
+def test_deepspeed_and_fsdp_together_is_an_error():
+    with pytest.raises(EnvironmentConfigError, match="ACCEL_USE_DEEPSPEED and ACCEL_USE_FSDP"):
+        LaunchContract.from_env({names.USE_DEEPSPEED: "1", names.USE_FSDP: "true"})
+    with pytest.raises(EnvironmentConfigError, match="one model-sharding strategy"):
+        LaunchContract(use_deepspeed=True, use_fsdp=True)
+
+
+def test_contract_module_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import accel_state.contract, accel_state.types, accel_state.envvars; "
+        "from accel_state import LaunchContract, DistributedType; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"

@@ -1,0 +1,108 @@
+"""Real 2- and 3-process gloo jobs started with spawned processes."""
+
+import time
+
+import pytest
+import workers
+
+from accel_state.testing import WorkerFailedError, WorkersTimedOutError, spawn_workers
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_and_type(world_size):
+    results = spawn_workers(workers.describe_state, world_size, timeout=120)
+    assert [r["index"] for r in results] == list(range(world_size))
+    assert {r["type"] for r in results} == {"MULTI_CPU"}
+    assert {r["num_processes"] for r in results} == {world_size}
+    assert {r["backend"] for r in results} == {"gloo"}
+    assert [r["main"] for r in results] == [True] + [False] * (world_size - 1)
+    assert [r["last"] for r in results] == [False] * (world_size - 1) + [True]
+    assert [r["local_index"] for r in results] == list(range(world_size))
+    assert {r["sum"] for r in results} == {world_size * (world_size + 1) / 2}
+    assert all(r["group_started_by_us"] for r in results)
+
+
+def test_main_process_first_ordering(tmp_path):
+    seen = spawn_workers(workers.ordering, 3, args=(str(tmp_path),), timeout=120)
+    main_first, local_first = zip(*seen, strict=True)
+    assert main_first[0] == ""
+    assert all("main-done" in entry for entry in main_first[1:])
+    # On one machine the local main is rank 0, so the others see its second marker too.
+    assert all("local-main-done-0" in entry for entry in local_first[1:])
+
+
+def test_barrier_waits_for_the_slowest_rank():
+    times = spawn_workers(workers.barrier_timing, 2, timeout=120)
+    assert abs(times[0] - times[1]) < 0.5
+
+
+def test_split_between_processes_uneven_and_padded():
+    plain = spawn_workers(workers.split_everything, 3, args=(False,), timeout=120)
+    assert [r["list"] for r in plain] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [r["tuple"] for r in plain] == [("a", "b"), ("c", "d"), ("e",)]
+    assert [r["tensor"] for r in plain] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9]]]
+    assert [r["dict"] for r in plain] == [
+        {"x": [1, 2], "y": [10, 20]},
+        {"x": [3], "y": [30]},
+        {"x": [4], "y": [40]},
+    ]
+    assert [r["tiny"] for r in plain] == [[0], [], []]
+    padded = spawn_workers(workers.split_everything, 3, args=(True,), timeout=120)
+    assert [r["list"] for r in padded] == [[0, 1, 2], [3, 4, 4], [5, 6, 6]]
+    assert [r["tuple"] for r in padded] == [("a", "b"), ("c", "d"), ("e", "e")]
+    assert [r["tensor"] for r in padded] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [8, 9]]]
+    assert [r["dict"]["x"] for r in padded] == [[1, 2], [3, 3], [4, 4]]
+    assert [r["tiny"] for r in padded] == [[0], [0], [0]]
+
+
+def test_decorators_run_on_the_right_ranks():
+    results = spawn_workers(workers.decorated_calls, 3, timeout=120)
+    assert [r["main"] for r in results] == [0, None, None]
+    assert [r["local_main"] for r in results] == [0, None, None]
+    assert [r["last"] for r in results] == [None, None, 2]
+    assert [r["one"] for r in results] == [None, 1, None]
+    assert [r["local_one"] for r in results] == [None, 1, None]
+
+
+def test_print_only_on_local_main(tmp_path):
+    prefix = str(tmp_path / "out")
+    spawn_workers(workers.printing, 2, args=(prefix,), timeout=120)
+    assert (tmp_path / "out.0").read_text() == "hello 0\n"
+    assert (tmp_path / "out.1").read_text() == ""
+
+
+def test_gradient_state_is_process_local():
+    assert spawn_workers(workers.gradient_state_is_per_process, 2, timeout=120) == [True, False]
+
+
+def test_existing_process_group_is_adopted_not_restarted():
+    results = spawn_workers(workers.adopt_existing_group, 2, timeout=120)
+    assert results == [{"index": 0, "num": 2, "owns": False}, {"index": 1, "num": 2, "owns": False}]
+
+
+def test_failure_in_one_rank_ends_the_job_with_its_traceback():
+    started = time.monotonic()
+    with pytest.raises(WorkerFailedError) as raised:
+        spawn_workers(workers.fail_on_rank_one, 2, timeout=120)
+    assert "Rank 1 of 2 failed" in str(raised.value)
+    assert "rank one exploded on purpose" in str(raised.value)
+    assert time.monotonic() - started < 60
+
+
+def test_hung_workers_are_killed_at_the_deadline():
+    started = time.monotonic()
+    with pytest.raises(WorkersTimedOutError, match=r"Ranks \[0, 1\] of 2 did not finish"):
+        spawn_workers(workers.hang_forever, 2, timeout=5)
+    assert time.monotonic() - started < 30
+
+
+def test_process_group_timeout_turns_a_hang_into_an_error():
+    started = time.monotonic()
+    with pytest.raises(WorkerFailedError, match="Rank 0 of 2 failed"):
+        spawn_workers(
+            workers.barrier_with_a_straggler,
+            2,
+            timeout=60,
+            env={"ACCEL_PROCESS_GROUP_TIMEOUT": "3"},
+        )
+    assert time.monotonic() - started < 15

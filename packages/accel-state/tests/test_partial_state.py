@@ -1,0 +1,95 @@
+import pytest
+import torch
+
+from accel_state import (
+    DistributedType,
+    GradientState,
+    PartialState,
+    StateConflictError,
+    reset_state,
+    snapshot,
+)
+
+pytestmark = pytest.mark.usefixtures("clean_state")
+
+
+def test_single_process_defaults():
+    state = PartialState(cpu=True)
+    assert state.distributed_type is DistributedType.NO
+    assert (state.num_processes, state.process_index, state.local_process_index) == (1, 0, 0)
+    assert state.is_main_process and state.is_local_main_process and state.is_last_process
+    assert not state.use_distributed
+    assert state.backend is None
+    assert state.device == torch.device("cpu")
+    state.wait_for_everyone()  # a no-op, must not need a process group
+    assert "Distributed environment: NO" in repr(state)
+
+
+def test_instances_share_one_record_and_reset_clears_it():
+    first = PartialState(cpu=True)
+    second = PartialState()
+    assert second.device == first.device
+    assert snapshot()["PartialState"]["layout"].world_size == 1
+    reset_state()
+    assert not PartialState._shared_state
+    assert PartialState(cpu=True).initialized
+
+
+def test_conflicting_request_after_initialisation(monkeypatch):
+    PartialState(cpu=True)
+    monkeypatch.setattr(PartialState, "device", property(lambda self: torch.device("cuda", 0)))
+    with pytest.raises(StateConflictError, match="cpu=True cannot be honoured"):
+        PartialState(cpu=True)
+
+
+def test_contract_variables_drive_the_state(monkeypatch):
+    monkeypatch.setenv("ACCEL_USE_CPU", "1")
+    monkeypatch.setenv("ACCEL_USE_FSDP", "true")
+    monkeypatch.setenv("ACCEL_DEBUG_MODE", "yes")
+    state = PartialState()
+    assert state.device.type == "cpu"
+    assert state.distributed_type is DistributedType.FSDP
+    assert state.debug
+
+
+def test_decorators_in_a_single_process(capsys):
+    state = PartialState(cpu=True)
+    assert state.on_main_process(lambda: "main")() == "main"
+    assert state.on_local_main_process(lambda: "local")() == "local"
+    assert state.on_last_process(lambda: "last")() == "last"
+    assert state.on_process(process_index=0)(lambda: "zero")() == "zero"
+    assert state.on_process(process_index=1)(lambda: "one")() is None
+    assert state.on_local_process(local_process_index=0)(lambda: "l0")() == "l0"
+    with pytest.raises(ValueError, match="process_index=<rank>"):
+        state.on_process(lambda: None)
+    state.print("printed once")
+    assert capsys.readouterr().out == "printed once\n"
+
+
+def test_split_between_processes_single_process_returns_everything():
+    state = PartialState(cpu=True)
+    with state.split_between_processes([1, 2, 3]) as share:
+        assert share == [1, 2, 3]
+    with state.main_process_first():
+        pass
+
+
+def test_gradient_state_is_shared_and_tracks_dataloaders():
+    class Loader:
+        pass
+
+    gradient_state = GradientState({"num_steps": 4})
+    assert GradientState().num_steps == 4
+    assert gradient_state.sync_gradients and not gradient_state.in_dataloader
+    loader = Loader()
+    gradient_state.add_dataloader(loader)
+    assert GradientState().active_dataloader is loader
+    gradient_state.set_end_of_dataloader(True)
+    gradient_state.set_remainder(3)
+    assert (GradientState().end_of_dataloader, GradientState().remainder) == (True, 3)
+    gradient_state.remove_dataloader(loader)
+    assert not gradient_state.in_dataloader and not gradient_state.end_of_dataloader
+    with pytest.raises(ValueError, match="Unknown gradient accumulation settings"):
+        GradientState({"num_step": 2})
+    reset_state()
+    assert GradientState().num_steps == 1

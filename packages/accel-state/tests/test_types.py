@@ -1,0 +1,28 @@
+import pytest
+
+from accel_state import DistributedType, PrecisionType, RNGType
+
+
+def test_tpu_is_an_alias_of_xla():
+    assert DistributedType.TPU is DistributedType.XLA
+    assert DistributedType("TPU") is DistributedType.XLA
+    assert DistributedType("tpu") is DistributedType.XLA
+
+
+def test_members_used_by_the_seeds_exist_and_compare_as_strings():
+    for name in ("NO", "MULTI_CPU", "MULTI_GPU", "XLA", "DEEPSPEED", "FSDP", "MEGATRON_LM"):
+        assert DistributedType[name] == name
+    assert str(DistributedType.MULTI_CPU) == "MULTI_CPU"
+    assert "TPU" not in DistributedType.list()
+
+
+def test_precision_parses_any_case_and_rejects_unknown():
+    assert PrecisionType("BF16") is PrecisionType.BF16
+    assert PrecisionType.list() == ["no", "fp8", "fp16", "bf16"]
+    with pytest.raises(ValueError):
+        PrecisionType("fp64")
+
+
+def test_rng_types():
+    assert RNGType("generator") is RNGType.GENERATOR
+    assert RNGType.TORCH == "torch"

@@ -1,0 +1,141 @@
+"""Functions run inside spawned worker processes (importable by module name)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from accel_state import GradientState, PartialState
+
+
+def describe_state() -> dict:
+    state = PartialState()
+    total = torch.tensor([state.process_index + 1.0])
+    dist.all_reduce(total)
+    return {
+        "type": str(state.distributed_type),
+        "num_processes": state.num_processes,
+        "index": state.process_index,
+        "local_index": state.local_process_index,
+        "main": state.is_main_process,
+        "local_main": state.is_local_main_process,
+        "last": state.is_last_process,
+        "backend": state.backend,
+        "use_distributed": state.use_distributed,
+        "sum": total.item(),
+        "group_started_by_us": PartialState._shared_state["owns_process_group"],
+    }
+
+
+def ordering(log_dir: str) -> list[str]:
+    """Record, per rank, what rank 0 had finished when this rank entered the block."""
+    state = PartialState()
+    log = Path(log_dir)
+    with state.main_process_first():
+        seen = sorted(path.name for path in log.iterdir())
+        if state.is_main_process:
+            time.sleep(0.5)
+            (log / "main-done").write_text("x")
+    with state.local_main_process_first():
+        local_seen = sorted(path.name for path in log.iterdir())
+        if state.is_local_main_process:
+            time.sleep(0.3)
+            (log / f"local-main-done-{state.process_index}").write_text("x")
+    return [",".join(seen), ",".join(local_seen)]
+
+
+def barrier_timing() -> float:
+    """Rank 0 sleeps before the barrier; every rank returns when it got past it."""
+    state = PartialState()
+    if state.is_main_process:
+        time.sleep(1.0)
+    state.wait_for_everyone()
+    return time.time()
+
+
+def split_everything(apply_padding: bool) -> dict:
+    state = PartialState()
+    out = {}
+    with state.split_between_processes(list(range(7)), apply_padding=apply_padding) as share:
+        out["list"] = share
+    with state.split_between_processes(
+        ("a", "b", "c", "d", "e"), apply_padding=apply_padding
+    ) as share:
+        out["tuple"] = share
+    with state.split_between_processes(
+        torch.arange(10).reshape(5, 2), apply_padding=apply_padding
+    ) as share:
+        out["tensor"] = share.tolist()
+    inputs = {"x": [1, 2, 3, 4], "y": torch.tensor([10, 20, 30, 40])}
+    with state.split_between_processes(inputs, apply_padding=apply_padding) as share:
+        out["dict"] = {"x": share["x"], "y": share["y"].tolist()}
+    with state.split_between_processes([0], apply_padding=apply_padding) as share:
+        out["tiny"] = share
+    return out
+
+
+def decorated_calls() -> dict:
+    state = PartialState()
+    return {
+        "main": state.on_main_process(lambda: state.process_index)(),
+        "local_main": state.on_local_main_process(lambda: state.process_index)(),
+        "last": state.on_last_process(lambda: state.process_index)(),
+        "one": state.on_process(process_index=1)(lambda: state.process_index)(),
+        "local_one": state.on_local_process(local_process_index=1)(lambda: state.process_index)(),
+    }
+
+
+def printing(path: str) -> None:
+    import contextlib
+
+    state = PartialState()
+    with open(f"{path}.{state.process_index}", "w") as handle, contextlib.redirect_stdout(handle):
+        state.print("hello", state.process_index)
+
+
+def gradient_state_is_per_process() -> bool:
+    state = PartialState()
+    gradient_state = GradientState()
+    gradient_state.set_sync_gradients(state.process_index == 0)
+    state.wait_for_everyone()
+    return GradientState().sync_gradients
+
+
+def adopt_existing_group() -> dict:
+    """A library that started its own process group, then uses PartialState."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    address = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        del os.environ[name]
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+    state = PartialState()
+    result = {
+        "index": state.process_index,
+        "num": state.num_processes,
+        "owns": PartialState._shared_state["owns_process_group"],
+    }
+    state.wait_for_everyone()
+    dist.destroy_process_group()
+    return result
+
+
+def fail_on_rank_one() -> None:
+    state = PartialState()
+    if state.process_index == 1:
+        raise RuntimeError("rank one exploded on purpose")
+    state.wait_for_everyone()
+
+
+def hang_forever() -> None:
+    time.sleep(600)
+
+
+def barrier_with_a_straggler() -> None:
+    state = PartialState()
+    if state.process_index == 1:
+        time.sleep(20)
+    state.wait_for_everyone()
