@@ -1,0 +1,76 @@
+"""Collectives over picklable Python objects: gather_object and broadcast_object_list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel_ops.errors import UnsupportedTypeError
+from accel_ops.group import check_source, current_group
+from accel_ops.transport import all_gather_objects, broadcast_objects
+
+
+def gather_object(obj: Any) -> Any:
+    """Gather a list from every process into one list, ordered by rank.
+
+    Each process passes a list (or tuple) of picklable objects; the result is their
+    concatenation, the same on every process. The lists may differ in length.
+
+    Args:
+        obj: This process's list of objects.
+
+    Returns:
+        The concatenated list. A single process gets ``obj`` back unchanged.
+
+    Raises:
+        UnsupportedTypeError: On every process, when some process passed something other than a
+            list or tuple (wrap a single object: ``gather_object([obj])``).
+
+    """
+    group = current_group()
+    if group is None:
+        return obj
+    parts = all_gather_objects(obj, group)
+    wrong = [rank for rank, part in enumerate(parts) if not isinstance(part, (list, tuple))]
+    if wrong:
+        listed = "; ".join(
+            f"process {rank} passed a {type(parts[rank]).__name__}" for rank in wrong
+        )
+        raise UnsupportedTypeError(
+            "gather_object",
+            type(parts[wrong[0]]),
+            "a list or tuple on every process, which it concatenates",
+            f"({listed}). Wrap a single object in a list: gather_object([obj]).",
+        )
+    return [item for part in parts for item in part]
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` with those of process ``from_process``, in place.
+
+    Receivers may pass lists of any length (e.g. ``[None]``); they end up with the source's
+    items. Objects travel pickled, so they must be picklable on the source.
+
+    Args:
+        object_list: The list to fill.
+        from_process: Rank whose items every process receives.
+
+    Returns:
+        ``object_list`` itself, now holding the source's items.
+
+    Raises:
+        UnsupportedTypeError: ``object_list`` is not a list.
+        InvalidArgumentError: ``from_process`` is not a rank of the job.
+
+    """
+    if not isinstance(object_list, list):
+        raise UnsupportedTypeError(
+            "broadcast_object_list",
+            type(object_list),
+            "a list, which it fills in place",
+            "Pass a list, e.g. broadcast_object_list([value]) and read item 0.",
+        )
+    group = current_group()
+    check_source("broadcast_object_list", from_process, group)
+    if group is not None:
+        object_list[:] = broadcast_objects(object_list, group, from_process)
+    return object_list

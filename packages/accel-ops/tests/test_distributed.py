@@ -1,0 +1,46 @@
+"""Every collective on 2 and 3 real gloo processes (spawned, no mocks)."""
+
+import pytest
+from _accel_ops_workers import collectives_worker, debug_worker
+
+from accel_state.testing import spawn_workers
+
+
+@pytest.mark.parametrize(
+    ("world_size", "how"),
+    [(2, "direct"), (3, "partial_state")],
+    ids=["2-direct", "3-partial-state"],
+)
+def test_collectives_on_real_processes(world_size, how):
+    results = spawn_workers(collectives_worker, world_size, args=(how,), timeout=120)
+    assert [result["rank"] for result in results] == list(range(world_size))
+    counts = {result["collectives"] for result in results}
+    # 3 leaves gathered + 1 reduce + 1 broadcast: one collective each, nothing more.
+    assert counts in ({5}, {None})
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_debug_mode_reports_mismatches_on_every_rank(world_size):
+    results = spawn_workers(debug_worker, world_size, timeout=120, env={"ACCEL_DEBUG_MODE": "1"})
+    first = results[0]["messages"]
+    for result in results:
+        assert result["messages"] == first  # every rank raises the same readable error
+        assert result["max_seconds"] < 10
+    assert "accel_ops.reduce" in first["reduce"] and "float64[2]" in first["reduce"]
+    assert "data['a']" in first["broadcast"] and "data['b']" in first["broadcast"]
+    assert "float32[2, 2]" in first["pad"] and "same number of dimensions" in first["pad"]
+    assert "process 0: data[0]: str" in first["type"]
+    assert "process 1: data['k7']: float32[3]" in first["many"]
+    assert "data['k3']" not in first["many"]
+    assert "First difference at data['k7']" in first["many"]
+    assert "matching leaves not shown" in first["many"]
+    if results[0]["without_debug"] is not None:
+        assert results[0]["without_debug"] == 2
+        assert results[0]["with_debug"] > 2
+
+
+@pytest.mark.cuda(min_gpus=2)
+def test_nccl_collectives_on_two_gpus():
+    from _accel_ops_workers import nccl_worker
+
+    assert spawn_workers(nccl_worker, 2, timeout=120) == [0, 1]
