@@ -93,3 +93,14 @@ def test_gradient_state_is_shared_and_tracks_dataloaders():
         GradientState({"num_step": 2})
     reset_state()
     assert GradientState().num_steps == 1
+
+
+@pytest.mark.xla
+def test_xla_single_device_state(monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    state = PartialState()
+    assert state.device.type == "xla"
+    assert state.distributed_type is DistributedType.XLA
+    assert state.num_processes == 1 and state.is_main_process
+    assert state.layout.source == "xla"
+    state.wait_for_everyone()

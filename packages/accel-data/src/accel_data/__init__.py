@@ -1,7 +1,64 @@
-"""Sharded dataloaders, samplers, RNG synchronisation and exact resume for distributed PyTorch.
+"""accel-data: sharded dataloaders, samplers, RNG synchronisation and exact resume for PyTorch.
 
-Not built yet: see the open issue for this package."""
+Example:
+    >>> from torch.utils.data import DataLoader
+    >>> from accel_data import prepare_data_loader, set_seed
+    >>> set_seed(0)
+    >>> loader = prepare_data_loader(DataLoader(dataset, batch_size=16, shuffle=True))
+    >>> for batch in loader:  # this process's share, same shuffle on every process
+    ...     ...
+
+"""
 
 from accel_data.__about__ import __version__
+from accel_data.config import DataLoaderConfiguration
+from accel_data.dispatcher import DataLoaderDispatcher
+from accel_data.errors import (
+    AccelDataError,
+    BatchSizeError,
+    DataConfigurationError,
+    DispatchError,
+    ResumeStateError,
+    RNGSyncError,
+)
+from accel_data.iterable import IterableDatasetShard
+from accel_data.loader_base import DataLoaderStateMixin
+from accel_data.prepare import prepare_data_loader
+from accel_data.resume import SkipDataLoader, skip_first_batches
+from accel_data.rng import set_seed, synchronize_rng_state, synchronize_rng_states
+from accel_data.samplers import (
+    BatchSamplerShard,
+    SeedableRandomSampler,
+    SkipBatchSampler,
+    get_sampler,
+)
+from accel_data.shard_loader import DataLoaderShard
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # entry points
+    "DataLoaderConfiguration",
+    "prepare_data_loader",
+    "skip_first_batches",
+    "set_seed",
+    "synchronize_rng_state",
+    "synchronize_rng_states",
+    # dataloaders
+    "DataLoaderDispatcher",
+    "DataLoaderShard",
+    "DataLoaderStateMixin",
+    "SkipDataLoader",
+    # samplers and datasets
+    "BatchSamplerShard",
+    "IterableDatasetShard",
+    "SeedableRandomSampler",
+    "SkipBatchSampler",
+    "get_sampler",
+    # errors
+    "AccelDataError",
+    "BatchSizeError",
+    "DataConfigurationError",
+    "DispatchError",
+    "ResumeStateError",
+    "RNGSyncError",
+]

@@ -54,32 +54,95 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
     from accel_state.cluster import (
-        CLUSTER_ENVIRONMENTS,
-        ClusterEnvironment,
-        LocalEnvironment,
-        MPICHEnvironment,
-        OpenMPIEnvironment,
-        ProcessLayout,
-        SlurmEnvironment,
-        TorchElasticEnvironment,
-        XLAEnvironment,
-        detect_layout,
-        resolve_cluster_environment,
+        CLUSTER_ENVIRONMENTS as CLUSTER_ENVIRONMENTS,
     )
-    from accel_state.contract import LaunchContract
-    from accel_state.device import available_backends, select_backend, select_device
-    from accel_state.envvars import patch_environment, str_to_bool
+    from accel_state.cluster import (
+        ClusterEnvironment as ClusterEnvironment,
+    )
+    from accel_state.cluster import (
+        LocalEnvironment as LocalEnvironment,
+    )
+    from accel_state.cluster import (
+        MPICHEnvironment as MPICHEnvironment,
+    )
+    from accel_state.cluster import (
+        OpenMPIEnvironment as OpenMPIEnvironment,
+    )
+    from accel_state.cluster import (
+        ProcessLayout as ProcessLayout,
+    )
+    from accel_state.cluster import (
+        SlurmEnvironment as SlurmEnvironment,
+    )
+    from accel_state.cluster import (
+        TorchElasticEnvironment as TorchElasticEnvironment,
+    )
+    from accel_state.cluster import (
+        XLAEnvironment as XLAEnvironment,
+    )
+    from accel_state.cluster import (
+        detect_layout as detect_layout,
+    )
+    from accel_state.cluster import (
+        resolve_cluster_environment as resolve_cluster_environment,
+    )
+    from accel_state.contract import (
+        LaunchContract as LaunchContract,
+    )
+    from accel_state.device import (
+        available_backends as available_backends,
+    )
+    from accel_state.device import (
+        select_backend as select_backend,
+    )
+    from accel_state.device import (
+        select_device as select_device,
+    )
+    from accel_state.envvars import (
+        patch_environment as patch_environment,
+    )
+    from accel_state.envvars import (
+        str_to_bool as str_to_bool,
+    )
     from accel_state.errors import (
-        AccelStateError,
-        DeviceSelectionError,
-        EnvironmentConfigError,
-        ProcessGroupError,
-        StateConflictError,
+        AccelStateError as AccelStateError,
     )
-    from accel_state.gradient_state import GradientState
-    from accel_state.partial_state import PartialState
-    from accel_state.shared import reset_state, snapshot
-    from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType, RNGType
+    from accel_state.errors import (
+        DeviceSelectionError as DeviceSelectionError,
+    )
+    from accel_state.errors import (
+        EnvironmentConfigError as EnvironmentConfigError,
+    )
+    from accel_state.errors import (
+        ProcessGroupError as ProcessGroupError,
+    )
+    from accel_state.errors import (
+        StateConflictError as StateConflictError,
+    )
+    from accel_state.gradient_state import (
+        GradientState as GradientState,
+    )
+    from accel_state.partial_state import (
+        PartialState as PartialState,
+    )
+    from accel_state.shared import (
+        reset_state as reset_state,
+    )
+    from accel_state.shared import (
+        snapshot as snapshot,
+    )
+    from accel_state.types import (
+        ComputeEnvironment as ComputeEnvironment,
+    )
+    from accel_state.types import (
+        DistributedType as DistributedType,
+    )
+    from accel_state.types import (
+        PrecisionType as PrecisionType,
+    )
+    from accel_state.types import (
+        RNGType as RNGType,
+    )
 
 
 def __getattr__(name: str) -> Any:

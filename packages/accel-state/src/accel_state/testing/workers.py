@@ -83,7 +83,7 @@ def spawn_workers(
             **(dict(env) if env else {}),
         }
         process = context.Process(
-            target=_worker_main, args=(function, args, rank, environ, results), daemon=True
+            target=_worker_main, args=(function, args, rank, environ, results), daemon=False
         )
         process.start()
         processes.append(process)

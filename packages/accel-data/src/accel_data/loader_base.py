@@ -1,0 +1,312 @@
+"""What every prepared dataloader shares: end-of-epoch signalling, epochs, and resume state."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from accel_data.errors import ResumeStateError
+from accel_data.iterable import IterableDatasetShard
+from accel_data.samplers import (
+    BatchSamplerShard,
+    SeedableRandomSampler,
+    SkipOnceBatchSampler,
+    propagate_epoch,
+    sampler_chain,
+)
+from accel_state.gradient_state import GradientState
+
+# Arguments that describe how a DataLoader batches; the helpers rebuild those themselves.
+BATCHING_ARGUMENTS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+STATE_KEYS = (
+    "epoch",
+    "batches_yielded",
+    "num_processes",
+    "generator_state",
+    "data_seed",
+    "base_rng_state",
+)
+
+
+def dataloader_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
+    """The keyword arguments ``dataloader`` was built with, batching arguments excluded.
+
+    Read from the installed torch's ``DataLoader`` signature, so new arguments are carried over.
+    """
+    kwargs: dict[str, Any] = {}
+    for name, parameter in inspect.signature(DataLoader.__init__).parameters.items():
+        if name == "self" or name in BATCHING_ARGUMENTS or parameter.kind is parameter.VAR_KEYWORD:
+            continue
+        if hasattr(dataloader, name):
+            kwargs[name] = getattr(dataloader, name)
+    if not kwargs.get("num_workers"):
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    return kwargs
+
+
+@dataclasses.dataclass
+class ResumePoint:
+    """Where a loaded state dictionary asks the next iteration to start."""
+
+    batches: int
+    base_rng_state: torch.Tensor | None
+
+
+class DataLoaderStateMixin:
+    """End-of-epoch signalling into ``GradientState``, the epoch counter, and exact resume.
+
+    Subclasses (which are also ``DataLoader`` subclasses) call :meth:`begin` when an iteration
+    starts, :meth:`signal_last_batch` just before yielding its last batch, and :meth:`end` when
+    it stops.
+
+    Attributes:
+        end_of_dataloader: Whether the batch just yielded is the last of the epoch.
+        remainder: Real samples in the last round of the epoch (0: none duplicated; -1: unknown).
+        iteration: The epoch in progress (or the next one).
+
+    """
+
+    dataset: Any
+    batch_sampler: Any
+    sampler: Any
+    num_workers: int
+    generator: torch.Generator | None
+    end_of_dataloader: bool = False
+    remainder: int = -1
+    iteration: int = 0
+    synchronized_generator: torch.Generator | None = None
+    _drop_last: bool = False
+    _batches_yielded: int = 0
+    _pending_drop: int = 0
+    _in_epoch: bool = False
+    _resume: ResumePoint | None = None
+    _skip_once: SkipOnceBatchSampler | None = None
+    _epoch_generator_state: torch.Tensor | None = None
+    _epoch_base_rng_state: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ GradientState
+    def reset(self) -> None:
+        """Clear the end-of-dataloader flag and the remainder."""
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    def begin(self) -> None:
+        """Register with ``GradientState`` at the start of an iteration."""
+        self.reset()
+        self.remainder = self._expected_remainder()
+        gradient_state = GradientState()
+        gradient_state.add_dataloader(self)
+        gradient_state.set_remainder(self.remainder)
+
+    def signal_last_batch(self, remainder: int) -> None:
+        """Mark the batch about to be yielded as the last of the epoch."""
+        self.end_of_dataloader = True
+        self.remainder = remainder
+        gradient_state = GradientState()
+        gradient_state.set_end_of_dataloader(True)
+        gradient_state.set_remainder(remainder)
+
+    def end(self) -> None:
+        """Unregister from ``GradientState``; an enclosing prepared dataloader becomes active again."""
+        gradient_state = GradientState()
+        gradient_state.remove_dataloader(self)
+        active = gradient_state.active_dataloader
+        if active is not None:
+            gradient_state.set_end_of_dataloader(bool(getattr(active, "end_of_dataloader", False)))
+            gradient_state.set_remainder(int(getattr(active, "remainder", -1)))
+
+    @property
+    def total_batch_size(self) -> int | None:
+        """Samples consumed from the dataset per step of the whole job (``None``: unknown)."""
+        if isinstance(self.dataset, IterableDatasetShard):
+            return self.dataset.round_size
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, BatchSamplerShard):
+                if node.batch_size is None:
+                    return None
+                return node.batch_size * (1 if node.split_batches else node.num_processes)
+        return getattr(self._own_batch_sampler(), "batch_size", None)
+
+    @property
+    def total_dataset_length(self) -> int:
+        """Samples drawn per epoch before sharding (the sampler's length, else the dataset's)."""
+        dataset = self.dataset
+        if isinstance(dataset, IterableDatasetShard):
+            dataset = dataset.dataset
+        for node in reversed(sampler_chain(self._own_batch_sampler())):
+            sampler = getattr(node, "sampler", None)
+            if isinstance(sampler, Sized) and not hasattr(sampler, "batch_size"):
+                return len(sampler)
+        return len(dataset)
+
+    def _own_batch_sampler(self) -> Any:
+        """The batch sampler this loader draws index lists from (``None`` for iterable datasets)."""
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def _expected_remainder(self) -> int:
+        if self._drop_last:
+            return -1
+        total = self.total_batch_size
+        if not total:
+            return -1
+        try:
+            return self.total_dataset_length % total
+        except TypeError:
+            return -1
+
+    def _measured_remainder(self) -> int:
+        """The remainder the sharding sampler or dataset observed, else the expected one."""
+        if self._drop_last:
+            return -1
+        measured = -1
+        if isinstance(self.dataset, IterableDatasetShard) and self.num_workers == 0:
+            measured = self.dataset.remainder
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, BatchSamplerShard):
+                measured = node.remainder
+        return measured if measured >= 0 else self.remainder
+
+    # ------------------------------------------------------------------ epochs
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch: samplers and datasets with ``set_epoch`` reshuffle accordingly."""
+        self.iteration = epoch
+        propagate_epoch(self._own_batch_sampler(), self.dataset, epoch)
+
+    def _seedable_sampler(self) -> SeedableRandomSampler | None:
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, SeedableRandomSampler):
+                return node
+        return None
+
+    # ------------------------------------------------------------------ resume
+    def _take_resume(self) -> ResumePoint | None:
+        resume, self._resume = self._resume, None
+        return resume
+
+    def _capture_epoch_start(self, resume: ResumePoint | None) -> None:
+        """Remember the generators' states at the start of the epoch (after synchronisation)."""
+        generator = self.synchronized_generator
+        self._epoch_generator_state = generator.get_state() if generator is not None else None
+        if resume is not None:
+            self._epoch_base_rng_state = resume.base_rng_state
+        elif self.num_workers > 0 and self.generator is None:
+            # Worker seeds are drawn from the global generator when the iterator is created.
+            self._epoch_base_rng_state = torch.get_rng_state()
+        else:
+            self._epoch_base_rng_state = None
+
+    def _create_base_iterator(
+        self, resume: ResumePoint | None, can_skip: bool, keep_first: int = 0
+    ) -> Iterator[Any]:
+        """``DataLoader.__iter__``; when resuming, skip the consumed batches without loading them.
+
+        The first ``keep_first`` batches of the epoch are yielded anyway. Batches that cannot be
+        skipped by index (iterable datasets, live persistent workers) are left in
+        :attr:`_pending_drop` for the caller to read and drop after those.
+        """
+        self._pending_drop = 0
+        skip = 0 if resume is None else resume.batches * self._base_batches_per_batch()
+        persistent = getattr(self, "_iterator", None) is not None
+        if skip and can_skip and not persistent and self._own_batch_sampler() is not None:
+            self._skip_once = SkipOnceBatchSampler(self._own_batch_sampler(), skip, keep_first)
+        else:
+            self._pending_drop = max(skip - keep_first, 0)
+        saved_rng = None
+        if resume is not None and resume.base_rng_state is not None:
+            saved_rng = torch.get_rng_state()
+            torch.set_rng_state(resume.base_rng_state)
+        try:
+            return DataLoader.__iter__(self)  # type: ignore[arg-type]
+        finally:
+            self._skip_once = None
+            if saved_rng is not None:
+                torch.set_rng_state(saved_rng)
+
+    def _base_batches_per_batch(self) -> int:
+        """How many batches of the underlying ``DataLoader`` make one batch of this loader."""
+        return 1
+
+    @property
+    def _index_sampler(self) -> Any:
+        # torch's DataLoader iterators draw indices from this property; while a resumed
+        # iterator is being created it is the one-shot skipping wrapper.
+        if self._skip_once is not None:
+            return self._skip_once
+        return self._own_batch_sampler()
+
+    def _num_processes_for_state(self) -> int:
+        return 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this dataloader stands: epoch, batches handed out in it, generator states.
+
+        Holds only ints and tensors (no pickled objects). Load it into a dataloader prepared the
+        same way (in a fresh process, say) with :meth:`load_state_dict` to continue exactly.
+        """
+        mid_epoch = self._in_epoch or self._batches_yielded > 0
+        generator = self.synchronized_generator
+        if mid_epoch:
+            generator_state = self._epoch_generator_state
+            base_rng_state = self._epoch_base_rng_state
+        else:
+            generator_state = generator.get_state() if generator is not None else None
+            base_rng_state = None
+        seedable = self._seedable_sampler()
+        return {
+            "epoch": int(self.iteration),
+            "batches_yielded": int(self._batches_yielded),
+            "num_processes": self._num_processes_for_state(),
+            "generator_state": None if generator_state is None else generator_state.clone(),
+            "data_seed": None if seedable is None else int(seedable.initial_seed),
+            "base_rng_state": None if base_rng_state is None else base_rng_state.clone(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next iteration starts where that one stopped.
+
+        Raises:
+            ResumeStateError: Missing keys, wrong types, or a mid-epoch state saved with another
+                number of processes.
+
+        """
+        missing = [key for key in STATE_KEYS if key not in state_dict]
+        if missing:
+            raise ResumeStateError(
+                f"load_state_dict: the state lacks {missing}; pass the dictionary returned by "
+                "state_dict() of a prepared dataloader."
+            )
+        epoch, batches = state_dict["epoch"], state_dict["batches_yielded"]
+        for name, value in (("epoch", epoch), ("batches_yielded", batches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ResumeStateError(
+                    f"load_state_dict: {name}={value!r} must be an int >= 0; the state is corrupt."
+                )
+        saved_processes = state_dict["num_processes"]
+        if batches and saved_processes != self._num_processes_for_state():
+            raise ResumeStateError(
+                f"load_state_dict: the state was saved mid-epoch with num_processes="
+                f"{saved_processes}, this dataloader runs with num_processes="
+                f"{self._num_processes_for_state()}, so batches_yielded={batches} points to other "
+                "samples. Resume with the same number of processes, or from a state saved "
+                "between epochs."
+            )
+        generator_state = state_dict["generator_state"]
+        generator = self.synchronized_generator
+        if generator_state is not None and generator is not None:
+            generator.set_state(generator_state)
+        seedable = self._seedable_sampler()
+        if seedable is not None and state_dict["data_seed"] is not None:
+            seedable.initial_seed = int(state_dict["data_seed"])
+        self.iteration = epoch
+        self._batches_yielded = batches
+        self._in_epoch = False
+        if batches:
+            self._epoch_generator_state = generator_state
+            self._epoch_base_rng_state = state_dict["base_rng_state"]
+        self._resume = ResumePoint(batches, state_dict["base_rng_state"] if batches else None)

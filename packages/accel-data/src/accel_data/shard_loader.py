@@ -1,0 +1,104 @@
+"""``DataLoaderShard``: each process loads its own shard; batches go to the device, one looked ahead."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from accel_data.loader_base import DataLoaderStateMixin, ResumePoint
+from accel_data.rng import synchronize_rng_states
+from accel_ops import send_to_device
+from accel_state.types import RNGType
+
+_END: Any = object()  # marks an exhausted iterator (cheaper than catching StopIteration)
+
+
+class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
+    """A ``DataLoader`` over this process's shard that also synchronises RNGs and places batches.
+
+    At the start of each iteration it synchronises the random generators named in ``rng_types``
+    (process 0's state wins) so every process shuffles the same way, and passes the epoch to
+    samplers and datasets with ``set_epoch``. It reads one batch ahead, so it knows which batch is
+    the last and says so in ``GradientState`` before yielding it.
+
+    Args:
+        dataset: The dataset (already sharded by the batch sampler or an IterableDatasetShard).
+        device: Where to put each batch (``None``: leave it where the collate function made it).
+        rng_types: Generators to synchronise at each iteration: ``"torch"``, ``"cuda"``,
+            ``"xla"``, ``"mps"``, ``"npu"``, ``"xpu"``, ``"generator"``.
+        synchronized_generator: The sampler's generator, used for ``"generator"``.
+        skip_batches: Batches to leave out at the start of every iteration (they are loaded).
+        use_stateful_dataloader: Accepted for Accelerate compatibility (state is built in).
+        **kwargs: The ``DataLoader`` arguments.
+
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | str | None = None,
+        rng_types: Iterable[RNGType | str] | None = None,
+        synchronized_generator: torch.Generator | None = None,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        _drop_last: bool = False,
+        _non_blocking: bool = False,
+        _num_processes: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dataset, **kwargs)
+        self.device = None if device is None else torch.device(device)
+        self.rng_types = list(rng_types) if rng_types is not None else None
+        self.synchronized_generator = synchronized_generator
+        self.skip_batches = skip_batches
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self._drop_last = _drop_last
+        self._non_blocking = _non_blocking
+        self._num_processes = _num_processes
+        self.iteration = 0
+
+    def _num_processes_for_state(self) -> int:
+        return self._num_processes
+
+    def __len__(self) -> int:
+        return max(super().__len__() - self.skip_batches, 0)
+
+    def _start_epoch(self, resume: ResumePoint | None) -> None:
+        # Mid-epoch resumes keep the generators as the checkpoint restored them: they were
+        # synchronised when the interrupted epoch started.
+        if self.rng_types and (resume is None or resume.batches == 0):
+            synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        self.set_epoch(self.iteration)
+        self._capture_epoch_start(resume)
+        self._batches_yielded = 0 if resume is None else resume.batches
+        self._in_epoch = True
+        self.begin()
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        resume = self._take_resume()
+        self._start_epoch(resume)
+        try:
+            map_style = not isinstance(self.dataset, IterableDataset)
+            iterator = self._create_base_iterator(resume, can_skip=map_style)
+            for _ in range(self.skip_batches + self._pending_drop):
+                if next(iterator, _END) is _END:
+                    break
+            current = next(iterator, _END)
+            device, non_blocking = self.device, self._non_blocking
+            while current is not _END:
+                if device is not None:
+                    current = send_to_device(current, device, non_blocking=non_blocking)
+                following = next(iterator, _END)
+                if following is _END:
+                    self.signal_last_batch(self._measured_remainder())
+                self._batches_yielded += 1
+                yield current
+                current = following
+            self.iteration += 1
+            self._batches_yielded = 0
+        finally:
+            self._in_epoch = False
+            self.end()
