@@ -133,3 +133,19 @@ def test_skip_first_batches_of_a_prepared_dataloader():
         DataLoader(numbers(10), batch_size=2), put_on_device=True, dispatch_batches=True
     )
     assert [values(b) for b in skip_first_batches(dispatched, 3)] == [[6, 7], [8, 9]]
+
+
+def test_resumed_iteration_leaves_the_global_generator_alone():
+    # An uninterrupted run drew the iterator's base seed at the epoch start, before the state
+    # (RNG included) was saved; resuming must not draw it again, or dropout etc. would diverge.
+    set_seed(3)
+    loader = prepare_data_loader(DataLoader(numbers(23), batch_size=2, shuffle=True))
+    iterator = iter(loader)
+    for _ in range(4):
+        next(iterator)
+    saved = loader.state_dict()
+    resumed = prepare_data_loader(DataLoader(numbers(23), batch_size=2, shuffle=True))
+    resumed.load_state_dict(saved)
+    before = torch.get_rng_state()
+    next(iter(resumed))
+    assert torch.equal(torch.get_rng_state(), before)

@@ -217,9 +217,12 @@ class DataLoaderStateMixin:
             self._skip_once = SkipOnceBatchSampler(self._own_batch_sampler(), skip, keep_first)
         else:
             self._pending_drop = max(skip - keep_first, 0)
-        saved_rng = None
+        # Creating a DataLoader iterator draws its base seed from torch's global generator. An
+        # uninterrupted run drew it at the start of the epoch, before the state was saved, so a
+        # resumed iteration must leave the restored global generator untouched (and reproduce
+        # the same worker seeds when the epoch-start state is known).
+        saved_rng = torch.get_rng_state() if resume is not None else None
         if resume is not None and resume.base_rng_state is not None:
-            saved_rng = torch.get_rng_state()
             torch.set_rng_state(resume.base_rng_state)
         try:
             return DataLoader.__iter__(self)  # type: ignore[arg-type]
