@@ -26,6 +26,12 @@ TEST_TOOLS = ["pytest", "pytest-timeout"]
 TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 
 nox.options.reuse_venv = "yes"
+# uv hard-links one copy of torch into every venv (seconds instead of half a minute each, and the
+# multi-GB XLA leg does not multiply on disk); plain virtualenv + pip is the fallback.
+nox.options.default_venv_backend = "uv|virtualenv"
+if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
+    # Local wheel folders configured for pip (such as a CPU build of torch) serve uv too.
+    os.environ["UV_FIND_LINKS"] = ",".join(os.environ["PIP_FIND_LINKS"].split())
 nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
 
 
@@ -116,7 +122,8 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
     if backend == "cuda":
         install_over_system_torch(session, local_closure(package))
     else:
-        install_packages(session, backend, local_closure(package))
+        extra = ["torch_xla"] if backend == "xla" else []
+        install_packages(session, backend, local_closure(package), *extra)
     # Exit code 5: this package has no tests marked for the hardware leg.
     session.run(*pytest_args, env=env, success_codes=[0, 5] if backend != "cpu" else [0])
 

@@ -1,0 +1,1 @@
+"""The ``accel`` subcommands, one module each; none imports torch at module level."""

@@ -1,0 +1,108 @@
+"""``accel env``: versions, platform, hardware and the config in effect, ready to paste in an issue."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+from typing import Any
+
+from accel_launch.config.files import read_config_file
+from accel_launch.config.paths import locate_config_file
+from accel_launch.errors import ConfigError
+from accel_launch.hardware import cpu_count
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Register ``env``."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "env",
+        help="Print versions, hardware and config, ready to paste in a bug report.",
+        description="Print versions, platform, hardware and the config in effect.",
+    )
+    parser.add_argument(
+        "--config_file", default=None, help="Config file to show (default: the default one)."
+    )
+    parser.set_defaults(handler=env_command)
+    return parser
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _memory_gib() -> str:
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return "unknown"
+    return f"{pages * size / 2**30:.2f} GiB"
+
+
+def _accelerators() -> list[str]:
+    import torch
+
+    lines = [f"PyTorch version: {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"]
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+        lines.append(f"CUDA GPUs: {len(names)} ({', '.join(names)})")
+    else:
+        lines.append("CUDA GPUs: none available")
+    mps = getattr(torch.backends, "mps", None)
+    lines.append(f"MPS available: {bool(mps and mps.is_available())}")
+    xpu = getattr(torch, "xpu", None)
+    lines.append(f"XPU available: {bool(xpu and xpu.is_available())}")
+    lines.append(
+        f"torch_xla: {_version('torch_xla') if importlib.util.find_spec('torch_xla') else 'not installed'}"
+    )
+    return lines
+
+
+def _config_lines(config_file: str | None) -> list[str]:
+    location = locate_config_file(config_file)
+    if location.path is None:
+        return ["accel config: not found (defaults apply; run `accel config`)"]
+    try:
+        data = read_config_file(location.path).to_dict()
+    except ConfigError as error:
+        return [f"accel config: {location.path} is invalid: {error}"]
+    lines = [f"accel config: {location.path}" + (" (Accelerate's file)" if location.note else "")]
+    for key, value in sorted(data.items()):
+        if isinstance(value, dict):
+            lines.append(f"\t- {key}:")
+            lines.extend(f"\t\t- {inner}: {item}" for inner, item in sorted(value.items()))
+        else:
+            lines.append(f"\t- {key}: {value}")
+    return lines
+
+
+def env_report(config_file: str | None = None) -> str:
+    """The report as text: a markdown list."""
+    items = [
+        f"`accel-launch` version: {_version('accel-launch')}",
+        f"`accel-state` version: {_version('accel-state')}",
+        f"`accel` executable: {shutil.which('accel') or 'not on PATH'}",
+        f"Platform: {platform.platform()}",
+        f"Python version: {sys.version.split()[0]} ({sys.executable})",
+        f"PyYAML version: {_version('PyYAML')}",
+        f"NumPy version: {_version('numpy')}",
+        *_accelerators(),
+        f"CPU cores available: {cpu_count()} (machine: {os.cpu_count()})",
+        f"System RAM: {_memory_gib()}",
+        *_config_lines(config_file),
+    ]
+    body = [item if item.startswith("\t") else f"- {item}" for item in items]
+    return "\n".join(["Copy-and-paste the text below in your GitHub issue", "", *body])
+
+
+def env_command(args: argparse.Namespace) -> int:
+    """Print the report."""
+    print(env_report(args.config_file))
+    return 0

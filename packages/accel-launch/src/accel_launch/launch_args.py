@@ -1,0 +1,289 @@
+"""The ``accel launch`` command line: Accelerate's flag names and meanings, nothing imported but argparse.
+
+Every flag defaults to ``None`` (or is absent) so that :mod:`accel_launch.plan` can tell a flag the
+user typed from a value the config file provides: flags win, then the file, then defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from accel_launch.config.fields import BOOL_SPELLINGS, parse_bool
+from accel_launch.config.schema import (
+    DEEPSPEED_MULTINODE_LAUNCHERS,
+    DYNAMO_BACKENDS,
+    DYNAMO_MODES,
+    FSDP_AUTO_WRAP_POLICIES,
+    FSDP_BACKWARD_PREFETCH,
+    FSDP_SHARDING_STRATEGIES,
+    FSDP_STATE_DICT_TYPES,
+    OFFLOAD_DEVICES,
+    RDZV_BACKENDS,
+)
+from accel_launch.errors import ConfigError
+
+DESCRIPTION = (
+    "Run a Python script (or module, or program) on one or many processes and machines. Any torch "
+    "script works: workers get torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...) plus accel's "
+    "settings. Flags override the config file (see `accel config`)."
+)
+
+
+def _bool_arg(text: str) -> bool:
+    try:
+        return parse_bool("value", text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a boolean; use one of {', '.join(BOOL_SPELLINGS)}"
+        ) from None
+
+
+def _upper(text: str) -> str:
+    return text.strip().upper()
+
+
+def _lower(text: str) -> str:
+    return text.strip().lower()
+
+
+def _add(group: Any, *names: str, **kwargs: Any) -> None:
+    kwargs.setdefault("default", None)
+    group.add_argument(*names, **kwargs)
+
+
+def _bool_flag(group: Any, name: str, help_text: str) -> None:
+    """A flag taking an explicit value, as Accelerate's ``--fsdp_offload_params true``."""
+    _add(group, name, type=_bool_arg, metavar="{true,false}", help=help_text)
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add every ``accel launch`` flag and the positional script arguments to ``parser``."""
+    parser.add_argument(
+        "--config_file",
+        default=None,
+        help="Config file to read (default: $HF_HOME/accel/default_config.yaml, see `accel config`).",
+    )
+    _add(
+        parser,
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="Only print the workers' output and errors.",
+    )
+
+    hardware = parser.add_argument_group("Hardware selection")
+    _add(hardware, "--cpu", action="store_true", help="Train on the CPU even if a GPU is present.")
+    _add(hardware, "--multi_gpu", action="store_true", help="Launch a distributed GPU job.")
+    _add(hardware, "--tpu", action="store_true", help="Launch through torch_xla's launcher.")
+
+    resources = parser.add_argument_group("Resources")
+    _add(
+        resources,
+        "--mixed_precision",
+        type=_lower,
+        choices=["no", "fp16", "bf16", "fp8"],
+        help="Mixed precision mode handed to the workers.",
+    )
+    _add(
+        resources,
+        "--num_processes",
+        type=int,
+        help="Processes in TOTAL across all machines (each runs num_processes // num_machines).",
+    )
+    _add(resources, "--num_machines", type=int, help="Machines taking part.")
+    _add(
+        resources,
+        "--num_cpu_threads_per_process",
+        type=int,
+        help="OMP_NUM_THREADS for each worker (default on CPU: cores // local processes).",
+    )
+    _add(
+        resources,
+        "--gradient_accumulation_steps",
+        type=int,
+        help="Micro-steps per optimizer step, handed to the workers.",
+    )
+    _add(
+        resources,
+        "--dynamo_backend",
+        type=_upper,
+        choices=DYNAMO_BACKENDS,
+        help="torch.compile backend (NO disables it).",
+    )
+    _add(resources, "--dynamo_mode", type=_lower, choices=DYNAMO_MODES, help="torch.compile mode.")
+    _add(
+        resources,
+        "--dynamo_use_fullgraph",
+        action="store_true",
+        help="torch.compile(fullgraph=True).",
+    )
+    _add(
+        resources, "--dynamo_use_dynamic", action="store_true", help="torch.compile(dynamic=True)."
+    )
+
+    paradigm = parser.add_argument_group("Training paradigm")
+    _add(
+        paradigm, "--use_deepspeed", action="store_true", help="Workers wrap models with DeepSpeed."
+    )
+    _add(paradigm, "--use_fsdp", action="store_true", help="Workers wrap models with FSDP.")
+
+    distributed = parser.add_argument_group("Distributed")
+    _add(distributed, "--gpu_ids", help="Comma-separated GPU ids to use on this machine, or 'all'.")
+    _add(
+        distributed,
+        "--same_network",
+        action="store_true",
+        help="All machines are on one local network (accepted; the endpoint is the same either way).",
+    )
+    _add(distributed, "--machine_rank", type=int, help="Index of this machine (0 hosts the store).")
+    _add(distributed, "--main_process_ip", help="Address of machine 0.")
+    _add(
+        distributed,
+        "--main_process_port",
+        type=int,
+        help="Rendezvous port on machine 0 (one machine: a free port is picked when not given).",
+    )
+    _add(
+        distributed,
+        "-t",
+        "--tee",
+        help="Tee worker streams to log files and console: 0-3 or rank:std,...",
+    )
+    _add(distributed, "--log_dir", help="Folder for worker logs (with --tee) and error files.")
+    _add(distributed, "--role", help="Worker role name shown by torch elastic.")
+    _add(
+        distributed,
+        "--rdzv_backend",
+        type=_lower,
+        choices=RDZV_BACKENDS,
+        help="Rendezvous backend.",
+    )
+    _add(distributed, "--rdzv_conf", help="Extra rendezvous settings: key1=value1,key2=value2.")
+    _add(distributed, "--max_restarts", type=int, help="Times a failed group may be restarted.")
+    _add(
+        distributed, "--monitor_interval", type=float, help="Seconds between worker health checks."
+    )
+    _add(
+        distributed,
+        "-m",
+        "--module",
+        action="store_true",
+        help="Run the target as a module (python -m), not a file.",
+    )
+    _add(
+        distributed,
+        "--no_python",
+        action="store_true",
+        help="Run the target as a program, without prefixing it with the Python interpreter.",
+    )
+
+    tpu = parser.add_argument_group("TPU / XLA")
+    _add(
+        tpu,
+        "--main_training_function",
+        help="Function of the script the XLA launcher calls (main).",
+    )
+    _add(tpu, "--downcast_bf16", action="store_true", help="On XLA, store float32 as bfloat16.")
+
+    deepspeed = parser.add_argument_group("DeepSpeed (with --use_deepspeed)")
+    _add(deepspeed, "--deepspeed_config_file", help="DeepSpeed JSON config file.")
+    _add(deepspeed, "--zero_stage", type=int, choices=[0, 1, 2, 3], help="ZeRO stage.")
+    _add(
+        deepspeed,
+        "--offload_optimizer_device",
+        type=_lower,
+        choices=OFFLOAD_DEVICES,
+        help="Optimizer offload.",
+    )
+    _add(
+        deepspeed,
+        "--offload_param_device",
+        type=_lower,
+        choices=OFFLOAD_DEVICES,
+        help="Parameter offload.",
+    )
+    _add(deepspeed, "--offload_optimizer_nvme_path", help="NVMe path for optimizer offload.")
+    _add(deepspeed, "--offload_param_nvme_path", help="NVMe path for parameter offload.")
+    _add(deepspeed, "--gradient_clipping", type=float, help="Gradient norm clipping value.")
+    _bool_flag(deepspeed, "--zero3_init_flag", "Build huge models sharded (ZeRO-3).")
+    _bool_flag(deepspeed, "--zero3_save_16bit_model", "Gather a 16-bit model when saving (ZeRO-3).")
+    _add(deepspeed, "--deepspeed_hostfile", help="DeepSpeed hostfile.")
+    _add(deepspeed, "--deepspeed_inclusion_filter", help="DeepSpeed inclusion filter.")
+    _add(deepspeed, "--deepspeed_exclusion_filter", help="DeepSpeed exclusion filter.")
+    _add(
+        deepspeed,
+        "--deepspeed_multinode_launcher",
+        type=_lower,
+        choices=DEEPSPEED_MULTINODE_LAUNCHERS,
+        help="Multi-node launcher; accel runs 'standard' (torch elastic on every machine).",
+    )
+    _add(
+        deepspeed, "--deepspeed_moe_layer_cls_names", help="MoE layer class names, comma-separated."
+    )
+
+    fsdp = parser.add_argument_group("FSDP (with --use_fsdp)")
+    _add(fsdp, "--fsdp_version", type=int, choices=[1, 2], help="FSDP API version.")
+    _add(
+        fsdp,
+        "--fsdp_sharding_strategy",
+        type=_upper,
+        choices=FSDP_SHARDING_STRATEGIES,
+        help="Sharding.",
+    )
+    _bool_flag(fsdp, "--fsdp_reshard_after_forward", "FSDP2: reshard parameters after forward.")
+    _bool_flag(fsdp, "--fsdp_offload_params", "Offload parameters and gradients to CPU.")
+    _add(
+        fsdp,
+        "--fsdp_auto_wrap_policy",
+        type=_upper,
+        choices=FSDP_AUTO_WRAP_POLICIES,
+        help="Wrapping.",
+    )
+    _add(
+        fsdp, "--fsdp_transformer_layer_cls_to_wrap", help="Layer classes to wrap, comma-separated."
+    )
+    _add(fsdp, "--fsdp_min_num_params", type=int, help="SIZE_BASED_WRAP parameter threshold.")
+    _add(
+        fsdp,
+        "--fsdp_backward_prefetch",
+        "--fsdp_backward_prefetch_policy",
+        dest="fsdp_backward_prefetch",
+        type=_upper,
+        choices=FSDP_BACKWARD_PREFETCH,
+        help="Backward prefetch policy.",
+    )
+    _bool_flag(fsdp, "--fsdp_forward_prefetch", "Prefetch the next all-gather in forward.")
+    _add(
+        fsdp,
+        "--fsdp_state_dict_type",
+        type=_upper,
+        choices=FSDP_STATE_DICT_TYPES,
+        help="Checkpoint layout.",
+    )
+    _bool_flag(fsdp, "--fsdp_use_orig_params", "Keep the original parameters visible.")
+    _bool_flag(fsdp, "--fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only.")
+    _bool_flag(fsdp, "--fsdp_sync_module_states", "Broadcast module states from rank 0.")
+    _bool_flag(fsdp, "--fsdp_activation_checkpointing", "Checkpoint activations of FSDP units.")
+
+    other = parser.add_argument_group("Other")
+    _add(
+        other, "--debug", action="store_true", help="Workers check collectives across ranks first."
+    )
+
+    parser.add_argument(
+        "training_script",
+        help="The script (or module with -m, or program with --no_python) to run.",
+    )
+    parser.add_argument(
+        "training_script_args",
+        nargs=argparse.REMAINDER,
+        help="Arguments passed to the script unchanged.",
+    )
+    return parser
+
+
+def build_launch_parser(prog: str = "accel launch") -> argparse.ArgumentParser:
+    """A standalone parser for ``accel launch`` / ``accel-launch``."""
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, allow_abbrev=False)
+    return add_launch_arguments(parser)

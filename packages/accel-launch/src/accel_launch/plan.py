@@ -1,0 +1,321 @@
+"""Decide how to launch: merge flags over the config file, apply defaults, check the combination.
+
+The result is a :class:`LaunchPlan`, a plain value the runners in :mod:`accel_launch.runners`
+execute. Nothing here imports torch.
+
+How a job is run:
+
+* ``xla``: ``--tpu`` or ``distributed_type: XLA``; torch_xla's launcher calls
+  ``main_training_function`` of the script in every process.
+* ``single``: one process on one machine, no distributed mode, no restarts. The script runs as
+  ``python script.py`` would, with the accel settings in its environment and *no* torchrun
+  variables (``RANK``...), so a plain script behaves exactly as when run by hand.
+* ``elastic``: everything else, through PyTorch's elastic agent (what ``torchrun`` uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from accel_launch.config.schema import AccelConfig
+from accel_launch.errors import LaunchArgumentError
+from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
+from accel_launch.overlay import flags_to_config
+from accel_state.contract import LaunchContract
+from accel_state.errors import EnvironmentConfigError
+from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
+
+DEFAULT_PORT = 29500
+SINGLE, ELASTIC, XLA = "single", "elastic", "xla"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """Everything a runner needs, resolved.
+
+    Attributes:
+        mode: ``"single"``, ``"elastic"`` or ``"xla"`` (see the module docstring).
+        target: Script path, module name (``module``) or program (``no_python``).
+        target_args: Arguments for the target.
+        num_processes: Processes in total (``None`` on XLA: every local device).
+        nproc_per_node: Processes on this machine.
+        rdzv_endpoint: ``host:port`` of the rendezvous (port 0: picked at start).
+        env: Variables added to the workers' environment (contract, threads, GPU selection).
+        notes: Lines to show the user before starting (defaults used, ignored flags).
+    """
+
+    mode: str
+    target: str
+    target_args: tuple[str, ...] = ()
+    module: bool = False
+    no_python: bool = False
+    num_processes: int | None = 1
+    num_machines: int = 1
+    machine_rank: int = 0
+    nproc_per_node: int = 1
+    rdzv_backend: str = "static"
+    rdzv_endpoint: str = ""
+    rdzv_conf: dict[str, str | int] = dataclasses.field(default_factory=dict)
+    run_id: str = "none"
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    tee: str | None = None
+    log_dir: str | None = None
+    role: str = "default"
+    quiet: bool = False
+    main_training_function: str = "main"
+    use_cpu: bool = False
+    contract: LaunchContract = dataclasses.field(default_factory=LaunchContract)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def python_command(self) -> list[str]:
+        """The command one worker runs: ``python -u script.py args`` (or ``-m``, or the program)."""
+        if self.no_python:
+            return [self.target, *self.target_args]
+        module = ["-m"] if self.module else []
+        return [sys.executable, "-u", *module, self.target, *self.target_args]
+
+
+def parse_rdzv_conf(text: str | None) -> dict[str, str | int]:
+    """``"timeout=60,join_timeout=30"`` -> ``{"timeout": 60, "join_timeout": 30}`` (digits as ints).
+
+    Raises:
+        LaunchArgumentError: A part is not ``key=value``.
+    """
+    if not text:
+        return {}
+    pairs: dict[str, str | int] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise LaunchArgumentError(
+                f"--rdzv_conf={text!r}: {part!r} is not key=value; write e.g. "
+                "--rdzv_conf timeout=60,read_timeout=30"
+            )
+        value = value.strip()
+        pairs[key.strip()] = int(value) if value.isdigit() else value
+    return pairs
+
+
+def _endpoint(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _distributed_type(config: AccelConfig) -> DistributedType | None:
+    if config.distributed_type is None:
+        return None
+    kind = DistributedType(config.distributed_type)
+    if kind is DistributedType.MEGATRON_LM:
+        raise LaunchArgumentError(
+            "distributed_type MEGATRON_LM is not supported by accel; use FSDP or DEEPSPEED."
+        )
+    return kind
+
+
+def _check_target(args: argparse.Namespace) -> None:
+    if args.module and args.no_python:
+        raise LaunchArgumentError("--module (-m) and --no_python cannot be combined.")
+    if not args.module and not args.no_python and not Path(args.training_script).is_file():
+        raise LaunchArgumentError(
+            f"training script {args.training_script!r} does not exist "
+            "(use -m for a module, --no_python for a program)."
+        )
+
+
+def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) -> LaunchContract:
+    dynamo = config.dynamo_config
+    deepspeed = config.deepspeed_config.to_dict()
+    steps = config.gradient_accumulation_steps or deepspeed.get("gradient_accumulation_steps") or 1
+    if kind is DistributedType.DEEPSPEED:
+        deepspeed["gradient_accumulation_steps"] = steps
+    try:
+        return LaunchContract(
+            mixed_precision=PrecisionType(config.mixed_precision or "no"),
+            use_cpu=use_cpu,
+            gradient_accumulation_steps=steps,
+            debug=bool(config.debug),
+            dynamo_backend=(dynamo.dynamo_backend or "NO").lower(),
+            dynamo_mode=dynamo.dynamo_mode,
+            dynamo_use_fullgraph=bool(dynamo.dynamo_use_fullgraph),
+            dynamo_use_dynamic=dynamo.dynamo_use_dynamic,
+            use_deepspeed=kind is DistributedType.DEEPSPEED,
+            deepspeed_config=deepspeed if kind is DistributedType.DEEPSPEED else {},
+            use_fsdp=kind is DistributedType.FSDP,
+            fsdp_config=config.fsdp_config.to_dict() if kind is DistributedType.FSDP else {},
+            downcast_bf16=bool(config.downcast_bf16),
+        )
+    except EnvironmentConfigError as error:
+        raise LaunchArgumentError(str(error)) from None
+
+
+def _ignored_section_notes(config: AccelConfig, kind: DistributedType | None) -> list[str]:
+    notes = []
+    if kind is not DistributedType.DEEPSPEED:
+        keys = set(config.deepspeed_config.to_dict()) - {"gradient_accumulation_steps"}
+        if keys:
+            notes.append(
+                f"DeepSpeed settings ({', '.join(sorted(keys))}) have no effect without "
+                "--use_deepspeed / distributed_type: DEEPSPEED"
+            )
+    if kind is not DistributedType.FSDP and config.fsdp_config.to_dict():
+        notes.append(
+            f"FSDP settings ({', '.join(sorted(config.fsdp_config.to_dict()))}) have no effect "
+            "without --use_fsdp / distributed_type: FSDP"
+        )
+    return notes
+
+
+def _thread_env(
+    config: AccelConfig, mode: str, on_cpu: bool, per_node: int, environ: Mapping[str, str]
+) -> dict[str, str]:
+    if config.num_cpu_threads_per_process is not None:
+        return {"OMP_NUM_THREADS": str(config.num_cpu_threads_per_process)}
+    if "OMP_NUM_THREADS" in environ or mode != ELASTIC:
+        return {}
+    if on_cpu:
+        return {"OMP_NUM_THREADS": str(max(1, cpu_count() // max(1, per_node)))}
+    return {"OMP_NUM_THREADS": "1"} if per_node > 1 else {}
+
+
+def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, str]:
+    """With restarts, give every c10d round a fresh store.
+
+    By default torch's c10d rendezvous shares one TCP store across rounds and workers do not
+    prefix their keys per attempt, so a restarted worker can read the address a dead worker of the
+    previous round published and fail to connect. Torch's opt-out makes rank 0 host a new store
+    each round.
+    """
+    if mode == ELASTIC and rdzv_backend == "c10d" and max_restarts > 0:
+        return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return {}
+
+
+def build_plan(
+    args: argparse.Namespace,
+    file_config: AccelConfig | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LaunchPlan:
+    """Merge ``args`` over ``file_config`` and resolve every launch setting.
+
+    Raises:
+        ConfigError: A flag value is invalid.
+        LaunchArgumentError: The combination cannot be launched (the message says how to fix it).
+    """
+    env = os.environ if environ is None else environ
+    _check_target(args)
+    have_file = file_config is not None
+    config = (file_config or AccelConfig()).merged_with(flags_to_config(args))
+    if config.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER.value:
+        raise LaunchArgumentError(
+            "compute_environment AMAZON_SAGEMAKER is not supported by accel; use LOCAL_MACHINE."
+        )
+    kind = _distributed_type(config)
+    notes = _ignored_section_notes(config, kind)
+    use_cpu = bool(config.use_cpu) or kind is DistributedType.MULTI_CPU
+    num_machines = config.num_machines or 1
+    machine_rank = config.machine_rank or 0
+    if machine_rank >= num_machines:
+        raise LaunchArgumentError(
+            f"--machine_rank {machine_rank} must be below --num_machines {num_machines} "
+            f"(machines are numbered 0..{num_machines - 1})."
+        )
+    gpus = 0 if use_cpu else visible_gpu_count(env, config.gpu_ids)
+    num_processes = config.num_processes
+    if num_processes is None and kind is not DistributedType.XLA:
+        num_processes = max(1, gpus) * num_machines
+        if not have_file:
+            notes.append(
+                f"--num_processes not given and no config file: using {num_processes} "
+                "(run `accel config` or pass --num_processes to choose)"
+            )
+    per_node = 1
+    if num_processes is not None:
+        if num_processes % num_machines:
+            raise LaunchArgumentError(
+                f"--num_processes {num_processes} is not a multiple of --num_machines "
+                f"{num_machines}: --num_processes counts processes on ALL machines, and every "
+                "machine runs the same number. Pass a multiple, e.g. "
+                f"--num_processes {num_machines * max(1, num_processes // num_machines)}."
+            )
+        per_node = num_processes // num_machines
+    if num_machines > 1 and not config.main_process_ip:
+        raise LaunchArgumentError(
+            f"--num_machines {num_machines} needs --main_process_ip: the address of machine 0, "
+            "which every machine can reach."
+        )
+    if (
+        kind is DistributedType.DEEPSPEED
+        and num_machines > 1
+        and config.deepspeed_config.deepspeed_multinode_launcher not in (None, "standard")
+    ):
+        raise LaunchArgumentError(
+            f"deepspeed_multinode_launcher={config.deepspeed_config.deepspeed_multinode_launcher!r} "
+            "is not supported: accel starts every machine through torch elastic ('standard'). "
+            "Run `accel launch` on each machine with --deepspeed_multinode_launcher standard."
+        )
+    if kind is DistributedType.XLA:
+        mode = XLA
+    elif (
+        num_processes == 1
+        and num_machines == 1
+        and kind in (None, DistributedType.NO)
+        and not config.max_restarts
+    ):
+        mode = SINGLE
+    else:
+        mode = ELASTIC
+
+    rdzv_backend = config.rdzv_backend or "static"
+    rdzv_conf = parse_rdzv_conf(config.rdzv_conf)
+    host = config.main_process_ip or "127.0.0.1"
+    if num_machines == 1:
+        # Like torchrun on one machine: a c10d store, on a port the OS picks unless one is given.
+        # (Static rendezvous would reuse one store across restarts; see _restart_env.)
+        rdzv_backend, run_id = "c10d", uuid.uuid4().hex
+        endpoint = _endpoint(host, config.main_process_port or 0)
+    else:
+        run_id = "none"
+        endpoint = _endpoint(host, config.main_process_port or DEFAULT_PORT)
+
+    contract = _contract(config, kind, use_cpu)
+    worker_env = contract.to_env()
+    worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
+    worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
+    gpu_ids = parse_gpu_ids(config.gpu_ids)
+    if gpu_ids is not None and not use_cpu:
+        worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+    return LaunchPlan(
+        mode=mode,
+        target=args.training_script,
+        target_args=tuple(args.training_script_args or ()),
+        module=bool(args.module),
+        no_python=bool(args.no_python),
+        num_processes=num_processes,
+        num_machines=num_machines,
+        machine_rank=machine_rank,
+        nproc_per_node=per_node,
+        rdzv_backend=rdzv_backend,
+        rdzv_endpoint=endpoint,
+        rdzv_conf=rdzv_conf,
+        run_id=run_id,
+        max_restarts=config.max_restarts or 0,
+        monitor_interval=config.monitor_interval or 0.1,
+        tee=getattr(args, "tee", None),
+        log_dir=getattr(args, "log_dir", None),
+        role=getattr(args, "role", None) or "default",
+        quiet=bool(getattr(args, "quiet", False)),
+        main_training_function=config.main_training_function or "main",
+        use_cpu=use_cpu,
+        contract=contract,
+        env=worker_env,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,27 @@
+"""Runners execute a :class:`~accel_launch.plan.LaunchPlan`: one process, torch elastic, or XLA."""
+
+from __future__ import annotations
+
+from accel_launch.plan import ELASTIC, SINGLE, XLA, LaunchPlan
+
+
+def run_plan(plan: LaunchPlan) -> int:
+    """Run ``plan`` with the runner its mode names; return the exit code for the launcher.
+
+    Raises:
+        JobFailedError: Never for worker failures (those become the exit code); only for failures
+            of the launch machinery itself.
+    """
+    if plan.mode == SINGLE:
+        from accel_launch.runners.single import run_single
+
+        return run_single(plan)
+    if plan.mode == ELASTIC:
+        from accel_launch.runners.elastic import run_elastic
+
+        return run_elastic(plan)
+    if plan.mode == XLA:
+        from accel_launch.runners.xla import run_xla
+
+        return run_xla(plan)
+    raise ValueError(f"unknown launch mode {plan.mode!r}")

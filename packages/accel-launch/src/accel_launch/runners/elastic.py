@@ -1,0 +1,172 @@
+"""Multi-process and multi-machine jobs through PyTorch's elastic agent (what ``torchrun`` runs).
+
+The agent starts ``nproc_per_node`` workers with torchrun's variables, joins the rendezvous (static
+or c10d), restarts the whole group up to ``max_restarts`` times, and stops every worker as soon as
+one fails or the launcher gets SIGINT/SIGTERM. A failed worker's traceback reaches the console
+through its own stderr (or the ``--tee`` log files); the launcher then prints which rank failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from accel_launch.plan import LaunchPlan
+from accel_launch.runners.environ import extended_environ
+
+_ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
+
+
+@contextlib.contextmanager
+def _default_signals() -> Iterator[None]:
+    """Let SIGINT/SIGTERM/SIGHUP kill the launcher outright until torch elastic takes them over.
+
+    While the agent waits in the rendezvous it is blocked in C++, where Python-level handlers
+    (KeyboardInterrupt included) never run; no worker exists yet, so dying at once is right. Once
+    workers start, torch installs handlers that stop them before the launcher exits.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    numbers = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    previous = {number: signal.signal(number, signal.SIG_DFL) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextlib.contextmanager
+def _log_dir(requested: str | None) -> Iterator[str]:
+    """The agent needs a folder for error files; a temporary one is removed afterwards."""
+    if requested:
+        yield requested
+        return
+    folder = tempfile.mkdtemp(prefix="accel_launch_")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _quiet(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _ELASTIC_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    tee = Std.from_str(plan.tee) if plan.tee else Std.NONE
+    rdzv_configs: dict[str, Any] = dict(plan.rdzv_conf)
+    if plan.rdzv_backend == "static":
+        rdzv_configs["rank"] = plan.machine_rank
+    return LaunchConfig(
+        min_nodes=plan.num_machines,
+        max_nodes=plan.num_machines,
+        nproc_per_node=plan.nproc_per_node,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, tee=tee),
+        run_id=plan.run_id,
+        role=plan.role,
+        rdzv_endpoint=plan.rdzv_endpoint,
+        rdzv_backend=plan.rdzv_backend,
+        rdzv_configs=rdzv_configs,
+        max_restarts=plan.max_restarts,
+        monitor_interval=plan.monitor_interval,
+        start_method="spawn",
+    )
+
+
+def describe_failure(error: Any, who: str = "accel launch") -> tuple[str, int]:
+    """Summarise an elastic ``ChildFailedError``: which ranks failed how; and the exit code to use."""
+    rank, first = error.get_first_failure()
+    lines = [f"{who}: the job failed."]
+    for global_rank, failure in sorted(error.failures.items()):
+        how = (
+            f"killed by {failure.signal_name()}"
+            if failure.exitcode < 0
+            else f"exited with code {failure.exitcode}"
+        )
+        marker = "  (first failure)" if global_rank == rank else ""
+        lines.append(
+            f"  rank {global_rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}{marker}"
+        )
+    message = first.error_file_data.get("message") if first.error_file_data else None
+    callstack = (
+        message.get("extraInfo", {}).get("py_callstack") if isinstance(message, dict) else None
+    )
+    if callstack:
+        lines.append(f"Traceback of rank {rank}:")
+        lines.append(str(callstack).rstrip())
+    else:
+        lines.append(f"The traceback of rank {rank}, if it raised, is printed above by the worker.")
+    return "\n".join(lines), _exit_code(first.exitcode)
+
+
+def _exit_code(worker_code: int) -> int:
+    """The worker's own exit code, ``128 + signal`` for a signal, 1 when it gave none."""
+    if worker_code < 0:
+        return 128 - worker_code
+    return worker_code if 0 < worker_code < 256 else 1
+
+
+def run_elastic(plan: LaunchPlan) -> int:
+    """Start the elastic agent for this machine and wait for the job; return the exit code."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    command = plan.python_command()
+    if not plan.quiet:
+        where = (
+            f" on machine {plan.machine_rank} of {plan.num_machines}"
+            if plan.num_machines > 1
+            else ""
+        )
+        print(
+            f"accel launch: starting {plan.nproc_per_node} process(es){where} "
+            f"({plan.rdzv_backend} rendezvous at {plan.rdzv_endpoint})",
+            file=sys.stderr,
+            flush=True,
+        )
+    with (
+        extended_environ(plan.env),
+        _log_dir(plan.log_dir) as log_dir,
+        _quiet(plan.quiet),
+        _default_signals(),
+    ):
+        try:
+            elastic_launch(_launch_config(plan, log_dir), command[0])(*command[1:])
+        except ChildFailedError as error:
+            summary, code = describe_failure(error)
+            print(summary, file=sys.stderr, flush=True)
+            return code
+        except SignalException as error:
+            print(
+                f"accel launch: stopped by {error.sigval.name}; all workers were terminated.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 128 + int(error.sigval)
+    return 0

@@ -1,0 +1,63 @@
+"""One process on one machine: run the target as a child with the accel settings in its environment.
+
+No torchrun variables are set, so the script behaves as ``python script.py`` would. As with POSIX
+``system()``, the launcher ignores SIGINT while the child runs (Ctrl-C reaches the child directly,
+being in the same foreground process group) and passes SIGTERM and SIGHUP on to it. The launcher
+exits with the child's code (``128 + signal`` when the child died from a signal).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from types import FrameType
+
+from accel_launch.plan import LaunchPlan
+
+_FORWARDED = ("SIGTERM", "SIGHUP")
+
+
+def _command(plan: LaunchPlan) -> list[str]:
+    if plan.no_python:
+        return [plan.target, *plan.target_args]
+    module = ["-m"] if plan.module else []
+    return [sys.executable, *module, plan.target, *plan.target_args]
+
+
+def run_single(plan: LaunchPlan) -> int:
+    """Run the target once and return its exit code."""
+    children: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if not children:
+            pending.append(signum)
+        elif children[0].poll() is None:
+            children[0].send_signal(signum)
+
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        """Not SIG_IGN: an ignored SIGINT would be inherited by the child through exec."""
+
+    previous: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, ignore)
+        for name in _FORWARDED:
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, forward)
+    try:
+        try:
+            children.append(subprocess.Popen(_command(plan), env={**os.environ, **plan.env}))
+        except OSError as error:
+            print(f"accel launch: cannot start {plan.target!r}: {error.strerror}", file=sys.stderr)
+            return 127
+        for signum in pending:
+            children[0].send_signal(signum)
+        code = children[0].wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+    return 128 - code if code < 0 else code

@@ -1,0 +1,91 @@
+"""notebook_launcher / debug_launcher from a plain interpreter."""
+
+import sys
+
+import pytest
+from launch_helpers import clean_env, run
+
+import accel_launch.notebook as notebook
+from accel_launch.errors import NotebookLaunchError
+from accel_state.testing import find_free_port
+
+FUNCTION = """
+import os, sys
+import torch
+import torch.distributed as dist
+from accel_launch import debug_launcher, notebook_launcher
+
+def train(out_dir, tag):
+    from accel_state.partial_state import PartialState
+    state = PartialState()
+    value = torch.tensor([1.0])
+    dist.all_reduce(value)
+    with open(os.path.join(out_dir, f"{tag}{state.process_index}"), "w") as handle:
+        handle.write(f"{value.item()} {state.contract.mixed_precision} {state.device}")
+"""
+
+
+def test_notebook_launcher_forks_cpu_workers(tmp_path):
+    code = (
+        FUNCTION
+        + f"notebook_launcher(train, args=({str(tmp_path)!r}, 'nb'), num_processes=2, mixed_precision='bf16', use_port={find_free_port()})\n"
+    )
+    result = run([sys.executable, "-c", code], env=clean_env(CUDA_VISIBLE_DEVICES=""), timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["nb0", "nb1"]
+    assert all(path.read_text() == "2.0 bf16 cpu" for path in tmp_path.iterdir())
+
+
+def test_debug_launcher_and_failure_traceback(tmp_path):
+    code = (
+        FUNCTION
+        + f"""
+debug_launcher(train, args=({str(tmp_path)!r}, 'dbg'))
+def broken():
+    raise ValueError("bad idea in worker")
+from accel_launch.errors import JobFailedError
+try:
+    debug_launcher(broken, num_processes=2)
+except JobFailedError as error:
+    print("CAUGHT", error)
+"""
+    )
+    result = run([sys.executable, "-c", code], timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["dbg0", "dbg1"]
+    assert "CAUGHT notebook_launcher: the job failed." in result.stdout
+    assert "ValueError: bad idea in worker" in result.stdout
+
+
+def test_single_process_runs_in_this_interpreter(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    seen = []
+    notebook.notebook_launcher(lambda x: seen.append(x), args=(5,))
+    assert seen == [5]
+
+
+def test_initialised_cuda_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(NotebookLaunchError, match="CUDA was initialised"):
+        notebook.notebook_launcher(lambda: None, num_processes=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mixed_precision": "fp32"}, "mixed_precision"),
+        ({"node_rank": 1}, "node_rank"),
+        ({"num_processes": 0}, "num_processes"),
+    ],
+)
+def test_bad_arguments(monkeypatch, kwargs, match):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(NotebookLaunchError, match=match):
+        notebook.notebook_launcher(lambda: None, **kwargs)

@@ -1,0 +1,293 @@
+import json
+
+import pytest
+from launch_helpers import DATA, SCRIPTS
+
+from accel_launch.config import AccelConfig, FsdpConfig, read_config_file
+from accel_launch.errors import ConfigError, LaunchArgumentError
+from accel_launch.hardware import cpu_count
+from accel_launch.launch_args import build_launch_parser
+from accel_launch.plan import build_plan, parse_rdzv_conf
+from accel_state.contract import FSDP_CONFIG, LaunchContract
+
+SCRIPT = str(SCRIPTS / "plain_worker.py")
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def plan_for(*flags, config=None, env=None, script=SCRIPT):
+    args = build_launch_parser().parse_args([*flags, script, "out", "--lr", "3"])
+    return build_plan(args, config, {**NO_GPU, **(env or {})})
+
+
+def test_script_args_pass_through_untouched():
+    plan = plan_for("--cpu")
+    assert plan.target == SCRIPT and plan.target_args == ("out", "--lr", "3")
+    assert plan.python_command()[1:] == ["-u", SCRIPT, "out", "--lr", "3"]
+
+
+def test_single_process_runs_directly_without_torchrun_variables():
+    plan = plan_for("--cpu")
+    assert plan.mode == "single" and plan.num_processes == 1
+    assert "RANK" not in plan.env and "WORLD_SIZE" not in plan.env
+    assert "OMP_NUM_THREADS" not in plan.env
+    assert LaunchContract.from_env(plan.env).use_cpu is True
+    assert any("num_processes" in note for note in plan.notes)
+
+
+def test_multi_process_goes_through_elastic_with_a_free_port():
+    plan = plan_for("--cpu", "--num_processes", "3")
+    assert plan.mode == "elastic" and plan.nproc_per_node == 3
+    assert (plan.rdzv_backend, plan.rdzv_endpoint) == ("c10d", "127.0.0.1:0")
+
+
+def test_one_machine_always_uses_c10d_and_honours_a_port():
+    plan = plan_for("--cpu", "--num_processes", "2", "--main_process_port", "29555")
+    assert (plan.rdzv_backend, plan.rdzv_endpoint) == ("c10d", "127.0.0.1:29555")
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in plan.env
+
+
+def test_restarts_get_a_fresh_store_per_round():
+    plan = plan_for("--cpu", "--num_processes", "2", "--max_restarts", "2")
+    assert plan.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_num_processes_is_total_across_machines():
+    plan = plan_for(
+        "--cpu",
+        "--num_processes",
+        "4",
+        "--num_machines",
+        "2",
+        "--machine_rank",
+        "1",
+        "--main_process_ip",
+        "10.0.0.1",
+    )
+    assert (plan.nproc_per_node, plan.num_machines, plan.machine_rank) == (2, 2, 1)
+    assert plan.rdzv_endpoint == "10.0.0.1:29500" and plan.rdzv_backend == "static"
+    ipv6 = plan_for(
+        "--cpu", "--num_processes", "2", "--num_machines", "2", "--main_process_ip", "::1"
+    )
+    assert ipv6.rdzv_endpoint == "[::1]:29500"
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (
+            ["--num_processes", "5", "--num_machines", "2", "--main_process_ip", "h"],
+            "not a multiple",
+        ),
+        (["--num_processes", "4", "--num_machines", "2"], "--main_process_ip"),
+        (
+            ["--num_machines", "2", "--machine_rank", "2", "--main_process_ip", "h"],
+            "--machine_rank 2",
+        ),
+        (["--use_fsdp", "--use_deepspeed"], "cannot be combined"),
+        (["-m", "--no_python"], "cannot be combined"),
+        (["--rdzv_conf", "timeout"], "--rdzv_conf"),
+    ],
+)
+def test_bad_combinations_are_explained(flags, match):
+    with pytest.raises(LaunchArgumentError, match=match):
+        plan_for("--cpu", *flags)
+
+
+def test_missing_script_is_reported():
+    with pytest.raises(LaunchArgumentError, match="does not exist"):
+        plan_for("--cpu", script="missing.py")
+    assert plan_for("-m", script="some.module").module
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--mixed_precision", "fp32", "x.py"],
+        ["--zero_stage", "7", "x.py"],
+        ["--fsdp_offload_params", "sure", "x.py"],
+    ],
+)
+def test_invalid_flag_values_exit_with_usage(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_launch_parser().parse_args(argv)
+    assert info.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
+def test_flag_values_are_validated_like_file_values():
+    with pytest.raises(ConfigError, match="--num_processes=0"):
+        plan_for("--num_processes", "0")
+    with pytest.raises(ConfigError, match="--main_process_port=0"):
+        plan_for("--main_process_port", "0")
+
+
+def test_flags_override_config_file_values():
+    config = read_config_file(DATA / "fsdp_seed.yaml")
+    plan = plan_for(
+        "--cpu",
+        "--mixed_precision",
+        "fp16",
+        "--num_processes",
+        "3",
+        "--fsdp_offload_params",
+        "true",
+        "--fsdp_sharding_strategy",
+        "shard_grad_op",
+        config=config,
+    )
+    assert plan.num_processes == 3 and plan.mode == "elastic"
+    contract = LaunchContract.from_env(plan.env)
+    assert contract == plan.contract
+    assert contract.mixed_precision == "fp16" and contract.use_fsdp and contract.use_cpu
+    fsdp = contract.fsdp_config
+    assert fsdp["fsdp_offload_params"] is True and fsdp["fsdp_sharding_strategy"] == "SHARD_GRAD_OP"
+    assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "BertLayer"  # from the file
+
+
+def test_config_file_values_apply_when_no_flag():
+    config = AccelConfig(
+        num_processes=2,
+        use_cpu=True,
+        mixed_precision="bf16",
+        gradient_accumulation_steps=4,
+        debug=True,
+        dynamo_config=read_config_file(DATA / "fsdp_seed.yaml").dynamo_config,
+    )
+    plan = plan_for(config=config)
+    contract = plan.contract
+    assert (plan.num_processes, contract.mixed_precision, contract.gradient_accumulation_steps) == (
+        2,
+        "bf16",
+        4,
+    )
+    assert contract.debug and contract.use_cpu and contract.dynamo_backend == "no"
+    assert plan.notes == ()
+
+
+def test_deepspeed_settings_reach_the_contract():
+    plan = plan_for(
+        "--use_deepspeed",
+        "--zero_stage",
+        "3",
+        "--offload_param_device",
+        "cpu",
+        "--gradient_accumulation_steps",
+        "8",
+        "--gradient_clipping",
+        "0.5",
+        "--zero3_init_flag",
+        "true",
+        "--num_processes",
+        "2",
+    )
+    contract = LaunchContract.from_env(plan.env)
+    assert contract.use_deepspeed and not contract.use_fsdp
+    assert contract.gradient_accumulation_steps == 8
+    assert contract.deepspeed_config == {
+        "zero_stage": 3,
+        "offload_param_device": "cpu",
+        "gradient_clipping": 0.5,
+        "zero3_init_flag": True,
+        "gradient_accumulation_steps": 8,
+    }
+
+
+def test_deepspeed_flags_without_deepspeed_are_reported():
+    plan = plan_for("--cpu", "--zero_stage", "2")
+    assert any("zero_stage" in note for note in plan.notes)
+    assert plan.contract.deepspeed_config == {}
+
+
+def test_deepspeed_pdsh_multinode_is_refused():
+    with pytest.raises(LaunchArgumentError, match="standard"):
+        plan_for(
+            "--use_deepspeed",
+            "--deepspeed_multinode_launcher",
+            "pdsh",
+            "--num_machines",
+            "2",
+            "--main_process_ip",
+            "h",
+            "--num_processes",
+            "2",
+        )
+
+
+def test_dynamo_flags():
+    plan = plan_for(
+        "--cpu",
+        "--dynamo_backend",
+        "inductor",
+        "--dynamo_mode",
+        "reduce-overhead",
+        "--dynamo_use_fullgraph",
+    )
+    contract = LaunchContract.from_env(plan.env)
+    assert (contract.dynamo_backend, contract.dynamo_mode, contract.dynamo_use_fullgraph) == (
+        "inductor",
+        "reduce-overhead",
+        True,
+    )
+    assert contract.dynamo_use_dynamic is None
+
+
+def test_thread_count_rules():
+    cpu = plan_for("--cpu", "--num_processes", "2")
+    assert cpu.env["OMP_NUM_THREADS"] == str(max(1, cpu_count() // 2))
+    inherited = plan_for("--cpu", "--num_processes", "2", env={"OMP_NUM_THREADS": "7"})
+    assert "OMP_NUM_THREADS" not in inherited.env
+    explicit = plan_for(
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--num_cpu_threads_per_process",
+        "3",
+        env={"OMP_NUM_THREADS": "7"},
+    )
+    assert explicit.env["OMP_NUM_THREADS"] == "3"
+
+
+def test_gpu_ids_select_devices_and_default_process_count():
+    plan = plan_for("--gpu_ids", "1,3", "--multi_gpu", env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "1,3" and plan.num_processes == 2
+    assert plan.env["OMP_NUM_THREADS"] == "1"
+    assert plan_for(env={"CUDA_VISIBLE_DEVICES": "0,1,2"}).num_processes == 3
+
+
+def test_distributed_modes():
+    assert plan_for("--multi_gpu", "--num_processes", "1").mode == "elastic"
+    assert plan_for("--cpu", "--max_restarts", "1").mode == "elastic"
+    assert plan_for("--tpu").mode == "xla"
+    assert plan_for("--tpu").num_processes is None
+    assert plan_for(config=AccelConfig(distributed_type="MULTI_CPU", num_processes=1)).use_cpu
+    with pytest.raises(LaunchArgumentError, match="MEGATRON_LM"):
+        plan_for(config=AccelConfig(distributed_type="MEGATRON_LM"))
+    with pytest.raises(LaunchArgumentError, match="SAGEMAKER"):
+        plan_for(config=AccelConfig(compute_environment="AMAZON_SAGEMAKER"))
+
+
+def test_rdzv_conf_parsing():
+    assert parse_rdzv_conf("timeout=60, join_timeout = 30,is_host=false") == {
+        "timeout": 60,
+        "join_timeout": 30,
+        "is_host": "false",
+    }
+    plan = plan_for(
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--rdzv_backend",
+        "c10d",
+        "--main_process_port",
+        "1234",
+        "--rdzv_conf",
+        "timeout=5",
+    )
+    assert plan.rdzv_conf == {"timeout": 5} and plan.rdzv_backend == "c10d"
+
+
+def test_fsdp_section_only_when_fsdp_is_used():
+    config = AccelConfig(fsdp_config=FsdpConfig(fsdp_version=2))
+    assert plan_for("--cpu", config=config).contract.fsdp_config == {}
+    used = plan_for("--use_fsdp", "--num_processes", "2", config=config)
+    assert json.loads(used.env[FSDP_CONFIG]) == {"fsdp_version": 2}

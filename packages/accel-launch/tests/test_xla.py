@@ -1,0 +1,54 @@
+"""The XLA path: torch_xla's launcher calls the script's main function (xla leg only)."""
+
+import importlib.util
+import os
+
+import pytest
+from launch_helpers import SCRIPTS, accel_cmd, clean_env, run
+
+
+def xla_env():
+    return clean_env(PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))
+
+
+@pytest.mark.xla
+@pytest.mark.parametrize("processes", [["--num_processes", "1"], []])
+def test_tpu_flag_calls_main_through_torch_xla(processes):
+    result = run(
+        accel_cmd("launch", "--tpu", *processes, str(SCRIPTS / "xla_worker.py"), "hello"),
+        env=xla_env(),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "xla worker ordinal 0 of" in result.stdout
+    assert "argv ['hello']" in result.stdout
+
+
+@pytest.mark.xla
+def test_missing_training_function_is_explained(tmp_path):
+    script = tmp_path / "no_main.py"
+    script.write_text("x = 1\n")
+    result = run(
+        accel_cmd(
+            "launch",
+            "--tpu",
+            "--num_processes",
+            "1",
+            "--main_training_function",
+            "train",
+            str(script),
+        ),
+        env=xla_env(),
+        timeout=240,
+    )
+    assert result.returncode != 0
+    assert "has no function 'train'" in result.stderr
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed"
+)
+def test_tpu_without_torch_xla_names_the_extra():
+    result = run(accel_cmd("launch", "--tpu", str(SCRIPTS / "xla_worker.py")), timeout=60)
+    assert result.returncode == 1
+    assert "needs torch_xla" in result.stderr and "accel-launch[xla]" in result.stderr
