@@ -1,7 +1,90 @@
 """Model and training-state checkpoints: sharded safetensors, atomic, safe to load.
 
-Not built yet: see the open issue for this package."""
+Example:
+    >>> from accel_ckpt import save_state, load_state
+    >>> save_state("ckpt", models=[model], optimizers=[optimizer])  # doctest: +SKIP
+    >>> load_state("ckpt", models=[model], optimizers=[optimizer])  # doctest: +SKIP
+
+"""
 
 from accel_ckpt.__about__ import __version__
+from accel_ckpt.async_save import AsyncSave, release_staging_memory, wait_for_pending_saves
+from accel_ckpt.checkpointer import Checkpointer
+from accel_ckpt.errors import (
+    AccelCkptError,
+    AsyncSaveError,
+    CheckpointContentsError,
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    DistributedCheckpointError,
+    IncompleteCheckpointError,
+    InvalidArgumentError,
+    StateDictMismatchError,
+    UnsafeCheckpointError,
+    UnsupportedValueError,
+)
+from accel_ckpt.manifest import MANIFEST_NAME, Manifest, is_complete, read_manifest
+from accel_ckpt.model_io import save_model, unwrap_model
+from accel_ckpt.model_loading import IncompatibleKeys, load_checkpoint_in_model
+from accel_ckpt.project import ProjectConfiguration, latest_checkpoint
+from accel_ckpt.rng_state import capture_rng_states, restore_rng_states
+from accel_ckpt.serialization import load, save
+from accel_ckpt.sharding import (
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+)
+from accel_ckpt.sizes import parse_size
+from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
+from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # model weights
+    "save_model",
+    "load_checkpoint_in_model",
+    "unwrap_model",
+    "IncompatibleKeys",
+    "parse_size",
+    "SAFE_WEIGHTS_NAME",
+    "SAFE_WEIGHTS_INDEX_NAME",
+    "WEIGHTS_NAME",
+    "WEIGHTS_INDEX_NAME",
+    # training state
+    "save_state",
+    "load_state",
+    "LoadedCheckpoint",
+    "Stateful",
+    "SaveHook",
+    "LoadHook",
+    "AsyncSave",
+    "wait_for_pending_saves",
+    "release_staging_memory",
+    "Checkpointer",
+    "ProjectConfiguration",
+    "latest_checkpoint",
+    "Manifest",
+    "MANIFEST_NAME",
+    "read_manifest",
+    "is_complete",
+    "capture_rng_states",
+    "restore_rng_states",
+    # single objects
+    "save",
+    "load",
+    # errors
+    "AccelCkptError",
+    "AsyncSaveError",
+    "CheckpointContentsError",
+    "CheckpointExistsError",
+    "CheckpointNotFoundError",
+    "CorruptCheckpointError",
+    "DistributedCheckpointError",
+    "IncompleteCheckpointError",
+    "InvalidArgumentError",
+    "StateDictMismatchError",
+    "UnsafeCheckpointError",
+    "UnsupportedValueError",
+]

@@ -1,0 +1,108 @@
+"""Agreement between processes while checkpointing, on a process group of its own.
+
+Collectives run on a separate gloo group (created once per process group), so a background save
+can synchronise while the training loop runs collectives on the default group, and CPU objects
+never travel through NCCL. Every step exchanges a status, so a failure on one process makes every
+process raise instead of leaving the others waiting in a barrier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch.distributed as dist
+
+from accel_ckpt.errors import DistributedCheckpointError
+
+T = TypeVar("T")
+_GROUP: list[Any] = []  # [default group object, checkpoint group] once created
+
+
+def _checkpoint_group() -> Any:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise DistributedCheckpointError(
+            "Several processes are running but torch.distributed is not initialised; create "
+            "accel_state.PartialState() (or the Accelerator) in every process before saving."
+        )
+    world = dist.group.WORLD
+    if _GROUP and _GROUP[0] is world:
+        return _GROUP[1]
+    group = dist.new_group(backend="gloo")
+    _GROUP[:] = [world, group]
+    return group
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One process's result of a step: a value, or the error it hit."""
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+
+
+class Coordinator:
+    """Who this process is, and collectives for the checkpoint protocol.
+
+    Args:
+        rank: Global rank.
+        world_size: Number of processes.
+        local_rank: Rank on this machine.
+        node_rank: Index of this machine.
+
+    """
+
+    def __init__(self, rank: int, world_size: int, local_rank: int, node_rank: int) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.local_rank = local_rank
+        self.node_rank = node_rank
+        self._group = _checkpoint_group() if world_size > 1 else None
+
+    @classmethod
+    def current(cls) -> Coordinator:
+        """From ``accel_state.PartialState`` (initialising it if needed)."""
+        from accel_state.partial_state import PartialState
+
+        state = PartialState()
+        return cls(
+            state.process_index, state.num_processes, state.local_process_index, state.node_rank
+        )
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every process's ``value``, by rank."""
+        if self._group is None:
+            return [value]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, value, group=self._group)
+        return gathered
+
+    def agree(self, outcome: Outcome, step: str) -> list[Any]:
+        """Exchange outcomes; return every value, or raise on every process if any failed."""
+        outcomes: list[Outcome] = self.all_gather(outcome)
+        failed = [(rank, o.error) for rank, o in enumerate(outcomes) if not o.ok]
+        if failed:
+            details = "; ".join(f"rank {rank}: {error}" for rank, error in failed)
+            raise DistributedCheckpointError(f"{step} failed, nothing was committed. {details}")
+        return [o.value for o in outcomes]
+
+    def step(self, name: str, function: Callable[[], T]) -> list[T]:
+        """Run ``function`` here, then agree: its result from every rank, or raise everywhere.
+
+        The process whose ``function`` failed re-raises its own exception; the others raise
+        :class:`DistributedCheckpointError` naming it.
+        """
+        local_error: Exception | None = None
+        try:
+            outcome = Outcome(True, function())
+        except Exception as error:  # noqa: BLE001 - reported to every process, then re-raised
+            local_error = error
+            outcome = Outcome(False, error=f"{type(error).__name__}: {error}")
+        try:
+            return self.agree(outcome, name)
+        except DistributedCheckpointError:
+            if local_error is not None:
+                raise local_error from None
+            raise

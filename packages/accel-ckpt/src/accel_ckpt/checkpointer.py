@@ -1,0 +1,165 @@
+"""``Checkpointer``: settings, hooks and registered objects in one place, for the Accelerator."""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from accel_ckpt.async_save import AsyncSave, wait_for_pending_saves
+from accel_ckpt.errors import InvalidArgumentError
+from accel_ckpt.model_io import save_model
+from accel_ckpt.project import ProjectConfiguration
+from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
+from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
+
+PathLike = str | os.PathLike[str]
+
+
+class Checkpointer:
+    """Saves and loads training state with fixed settings, hooks and registered objects.
+
+    Args:
+        project_config: Naming, ``total_limit``, ``iteration``, ``save_on_each_node``.
+        safe_serialization: Model weights as safetensors (default) or ``.bin``.
+        unwrap: Custom model unwrapping function (e.g. the Accelerator's ``unwrap_model``).
+        allow_pickle: Store and load states that need pickle (trusted files only).
+
+    Example:
+        >>> ckpt = Checkpointer(ProjectConfiguration("runs/a", automatic_checkpoint_naming=True))
+        >>> ckpt.save_state(models=[model], optimizers=[optimizer])  # doctest: +SKIP
+        >>> ckpt.load_state(models=[model], optimizers=[optimizer])  # doctest: +SKIP
+
+    """
+
+    def __init__(
+        self,
+        project_config: ProjectConfiguration | None = None,
+        *,
+        safe_serialization: bool = True,
+        unwrap: Callable[[nn.Module], nn.Module] | None = None,
+        allow_pickle: bool = False,
+    ) -> None:
+        self.project_config = project_config or ProjectConfiguration()
+        self.safe_serialization = safe_serialization
+        self.unwrap = unwrap
+        self.allow_pickle = allow_pickle
+        self.custom_objects: list[Any] = []
+        self._save_hooks: collections.OrderedDict[int, SaveHook] = collections.OrderedDict()
+        self._load_hooks: collections.OrderedDict[int, LoadHook] = collections.OrderedDict()
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Add objects with ``state_dict``/``load_state_dict`` to every save and load."""
+        bad = [
+            f"{i}: {type(o).__name__}" for i, o in enumerate(objects) if not isinstance(o, Stateful)
+        ]
+        if bad:
+            raise InvalidArgumentError(
+                f"Objects need state_dict() and load_state_dict() to be checkpointed; these lack "
+                f"them: {', '.join(bad)}."
+            )
+        self.custom_objects.extend(objects)
+
+    def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
+        """Call ``hook(models, weights, folder)`` before each save; ``handle.remove()`` undoes it."""
+        handle = RemovableHandle(self._save_hooks)
+        self._save_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: LoadHook) -> RemovableHandle:
+        """Call ``hook(models, folder)`` before each load; ``handle.remove()`` undoes it."""
+        handle = RemovableHandle(self._load_hooks)
+        self._load_hooks[handle.id] = hook
+        return handle
+
+    def save_state(
+        self,
+        output_dir: PathLike | None = None,
+        *,
+        models: Sequence[nn.Module] = (),
+        optimizers: Sequence[Any] = (),
+        schedulers: Sequence[Any] = (),
+        dataloaders: Sequence[Any] = (),
+        scaler: Any = None,
+        blocking: bool = True,
+        safe_serialization: bool | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Path | AsyncSave:
+        """:func:`accel_ckpt.save_state` with this checkpointer's settings and objects."""
+        options: dict[str, Any] = {
+            "models": models,
+            "optimizers": optimizers,
+            "schedulers": schedulers,
+            "dataloaders": dataloaders,
+            "scaler": scaler,
+            "custom_objects": self.custom_objects,
+            "project_config": self.project_config,
+            "safe_serialization": (
+                self.safe_serialization if safe_serialization is None else safe_serialization
+            ),
+            "save_hooks": list(self._save_hooks.values()),
+            "unwrap": self.unwrap,
+            "allow_pickle": self.allow_pickle,
+            "metadata": metadata,
+        }
+        if blocking:
+            return save_state(output_dir, blocking=True, **options)
+        return save_state(output_dir, blocking=False, **options)
+
+    def load_state(
+        self,
+        input_dir: PathLike | None = None,
+        *,
+        models: Sequence[nn.Module] = (),
+        optimizers: Sequence[Any] = (),
+        schedulers: Sequence[Any] = (),
+        dataloaders: Sequence[Any] = (),
+        scaler: Any = None,
+        strict: bool = True,
+        map_location: Any = None,
+    ) -> LoadedCheckpoint:
+        """:func:`accel_ckpt.load_state` with this checkpointer's settings and objects."""
+        return load_state(
+            input_dir,
+            models=models,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            dataloaders=dataloaders,
+            scaler=scaler,
+            custom_objects=self.custom_objects,
+            project_config=self.project_config,
+            strict=strict,
+            map_location=map_location,
+            load_hooks=list(self._load_hooks.values()),
+            unwrap=self.unwrap,
+            allow_pickle=self.allow_pickle,
+        )
+
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: PathLike,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+    ) -> list[Path]:
+        """:func:`accel_ckpt.save_model` with this checkpointer's unwrapping."""
+        return save_model(
+            model,
+            save_directory,
+            max_shard_size,
+            safe_serialization,
+            state_dict=state_dict,
+            unwrap=self.unwrap,
+        )
+
+    @staticmethod
+    def wait() -> None:
+        """Join background saves of this process, raising the first failure."""
+        wait_for_pending_saves()

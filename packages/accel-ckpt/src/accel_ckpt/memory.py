@@ -1,0 +1,44 @@
+"""Raw views of tensor memory and single-threaded copies between them.
+
+``ctypes.memmove`` releases the GIL and runs on one core; on a busy machine it copies host memory
+about twice as fast as ``Tensor.copy_``, whose parallel copy waits for its slowest thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """A zero-copy, writable byte view of a contiguous CPU tensor; keep ``tensor`` alive meanwhile."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes == 0:
+        return memoryview(bytearray())
+    array = (ctypes.c_ubyte * nbytes).from_address(tensor.data_ptr())
+    return memoryview(array).cast("B")
+
+
+def address_of(buffer: object) -> int:
+    """Address of the first byte of a writable buffer (``mmap``, ``bytearray``...)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buffer))  # type: ignore[arg-type]
+
+
+def copy_from_tensor(destination: int, tensor: torch.Tensor, start: int, nbytes: int) -> None:
+    """Copy bytes ``start:start + nbytes`` of a contiguous CPU tensor to address ``destination``."""
+    if nbytes:
+        ctypes.memmove(destination, tensor.data_ptr() + start, nbytes)
+
+
+def snapshot_into(destination: torch.Tensor, source: torch.Tensor) -> None:
+    """``destination.copy_(source)``, by ``memmove`` when both are contiguous CPU tensors."""
+    if (
+        source.device.type == "cpu"
+        and source.is_contiguous()
+        and destination.is_contiguous()
+        and source.dtype == destination.dtype
+    ):
+        copy_from_tensor(destination.data_ptr(), source, 0, source.numel() * source.element_size())
+    else:
+        destination.copy_(source, non_blocking=destination.is_pinned())

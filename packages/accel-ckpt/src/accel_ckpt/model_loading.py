@@ -1,0 +1,277 @@
+"""Loading weights in any layout save_model (or Hugging Face tools) writes into a model.
+
+A single ``.safetensors``/``.bin`` file, a ``*.index.json`` with its shards, or a folder holding
+either. Key and shape checks run before any weight changes (from safetensors headers and shard
+indexes); safetensors bytes are read straight into parameters that already have the right
+device, dtype and shape; tied weights stay tied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from accel_ckpt.checksum import FileRecord
+from accel_ckpt.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    StateDictMismatchError,
+    format_keys,
+)
+from accel_ckpt.model_io import ALIASES_KEY, unwrap_model
+from accel_ckpt.pickle_io import load_pickled
+from accel_ckpt.placement import DeviceLike, Placer
+from accel_ckpt.safetensors_io import read_header, read_safetensors
+from accel_ckpt.sharding import (
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    read_index,
+)
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+
+class IncompatibleKeys(NamedTuple):
+    """Keys that did not line up when loading (empty lists when everything matched)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+@dataclass
+class ModelSource:
+    """The files of a model checkpoint, in load order."""
+
+    files: list[Path]
+    safetensors: bool
+    keys: set[str] | None = None
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+def _from_index(index: Path) -> ModelSource:
+    weight_map, aliases = read_index(index)
+    names = sorted(set(weight_map.values()))
+    files = [index.parent / name for name in names]
+    for path in files:
+        if not path.is_file():
+            raise CheckpointNotFoundError(
+                f"{path} is listed in {index} but missing; the shards are incomplete. Re-save "
+                "the model or copy the missing shard."
+            )
+    safetensors = all(name.endswith(".safetensors") for name in names)
+    return ModelSource(files, safetensors, set(weight_map), aliases)
+
+
+def resolve_model_checkpoint(checkpoint: PathLike) -> ModelSource:
+    """Find the weight files of ``checkpoint``: a file, a shard index, or a folder holding either.
+
+    In a folder the first found of ``model.safetensors.index.json``, ``model.safetensors``,
+    ``pytorch_model.bin.index.json`` and ``pytorch_model.bin`` is used.
+
+    Raises:
+        CheckpointNotFoundError: Nothing loadable there; the message lists what was looked for.
+
+    """
+    path = Path(checkpoint)
+    if path.is_file():
+        if path.name.endswith(".json"):
+            return _from_index(path)
+        return ModelSource([path], path.suffix == ".safetensors")
+    if not path.is_dir():
+        raise CheckpointNotFoundError(
+            f"checkpoint={os.fspath(checkpoint)!r} does not exist; pass a weights file, a "
+            "*.index.json file or the folder save_model wrote."
+        )
+    for name in (SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME):
+        candidate = path / name
+        if candidate.is_file():
+            return resolve_model_checkpoint(candidate)
+    indexes = sorted(p.name for p in path.glob("*.index.json"))
+    if len(indexes) == 1:
+        return _from_index(path / indexes[0])
+    present = sorted(p.name for p in path.iterdir())[:20]
+    raise CheckpointNotFoundError(
+        f"{path} holds no model weights: looked for {SAFE_WEIGHTS_INDEX_NAME}, {SAFE_WEIGHTS_NAME}, "
+        f"{WEIGHTS_INDEX_NAME}, {WEIGHTS_NAME} or one *.index.json; found {present}. Shards "
+        "without an index mean an interrupted save_model: save again."
+    )
+
+
+def _key_problems(
+    model_keys: Iterable[str], stored: set[str], ties: Mapping[str, int]
+) -> tuple[list[str], list[str]]:
+    model_set = set(model_keys)
+    covered = {ties[name] for name in stored if name in ties}
+    missing = [name for name in model_keys if name not in stored and ties.get(name) not in covered]
+    unexpected = sorted(stored - model_set)
+    return missing, unexpected
+
+
+def _raise_for_keys(missing: list[str], unexpected: list[str], source: str) -> None:
+    raise StateDictMismatchError(
+        f"{source} does not match the model: missing keys {format_keys(missing)}, unexpected keys "
+        f"{format_keys(unexpected)}. Load into the model it was saved from, or pass strict=False.",
+        missing_keys=missing,
+        unexpected_keys=unexpected,
+    )
+
+
+def load_model_source(
+    model: nn.Module,
+    source: ModelSource,
+    placer: Placer,
+    *,
+    strict: bool,
+    allow_pickle: bool = False,
+    expected: Mapping[Path, FileRecord] | None = None,
+) -> IncompatibleKeys:
+    """Load ``source`` into the (unwrapped) ``model`` through ``placer``.
+
+    Key and shape checks run before any weight is changed, whenever the file format allows
+    (safetensors headers and shard indexes always do).
+    """
+    label = os.fspath(source.files[0].parent if len(source.files) > 1 else source.files[0])
+    model_keys = list(model.state_dict(keep_vars=True).keys())
+    key_set = set(model_keys)
+    ties = placer.tied_groups()
+    headers = {path: read_header(path) for path in source.files} if source.safetensors else {}
+    aliases = dict(source.aliases)
+    for header in headers.values():
+        if ALIASES_KEY in header.metadata:
+            try:
+                aliases.update(json.loads(header.metadata[ALIASES_KEY]))
+            except json.JSONDecodeError:
+                raise CorruptCheckpointError(
+                    f"{header.path}: its {ALIASES_KEY} metadata is not JSON."
+                ) from None
+    stored = source.keys
+    if headers:
+        shapes = {spec.name: spec.shape for h in headers.values() for spec in h.specs}
+        stored = set(shapes) | {a for a, c in aliases.items() if c in shapes}
+        problems = [
+            problem
+            for name, shape in shapes.items()
+            if name in key_set and (problem := placer.check_shape(name, shape, label)) is not None
+        ]
+        if problems:
+            raise StateDictMismatchError(
+                f"Cannot load {label}: {'; '.join(problems[:10])}. Load into a model built with "
+                "the same configuration."
+            )
+    if stored is not None:
+        stored |= {a for a, c in aliases.items() if c in stored}
+        missing, unexpected = _key_problems(model_keys, stored, ties)
+        if strict and (missing or unexpected):
+            _raise_for_keys(missing, unexpected, label)
+    seen: set[str] = set()
+    for path in source.files:
+        record = expected.get(path) if expected is not None else None
+        if source.safetensors:
+            targets = {
+                name: placer.current(name)
+                for name in headers[path].names
+                if name in key_set and placer.reads_in_place(name)
+            }
+            tensors = read_safetensors(path, targets=targets, expected=record).tensors
+        else:
+            tensors = load_pickled(path, allow_pickle=allow_pickle, mmap=True, expected=record)
+            if not isinstance(tensors, Mapping) or not all(
+                isinstance(v, torch.Tensor) for v in tensors.values()
+            ):
+                raise CorruptCheckpointError(f"{path} does not hold a state dict of tensors.")
+            tensors = dict(tensors)
+            if stored is None:
+                missing, unexpected = _key_problems(model_keys, set(tensors), ties)
+                if strict and (missing or unexpected):
+                    _raise_for_keys(missing, unexpected, label)
+        for alias, canonical in aliases.items():
+            if canonical in tensors and alias not in tensors:
+                tensors[alias] = tensors[canonical]
+        for name, value in tensors.items():
+            seen.add(name)
+            if name in key_set:
+                placer.assign(name, value, os.fspath(path))
+    placer.finish()
+    missing, unexpected = _key_problems(model_keys, seen, ties)
+    if strict and (missing or unexpected):
+        _raise_for_keys(missing, unexpected, label)
+    if unexpected:
+        logger.warning(
+            "Some weights of %s were not used by %s: %s",
+            label,
+            type(model).__name__,
+            format_keys(unexpected),
+        )
+    return IncompatibleKeys(missing, unexpected)
+
+
+def load_checkpoint_in_model(
+    model: nn.Module,
+    checkpoint: PathLike,
+    device_map: Mapping[str, DeviceLike] | None = None,
+    offload_folder: PathLike | None = None,
+    dtype: str | torch.dtype | None = None,
+    offload_state_dict: bool = False,
+    offload_buffers: bool = False,
+    keep_in_fp32_modules: list[str] | None = None,
+    offload_8bit_bnb: bool = False,
+    strict: bool = False,
+    *,
+    allow_pickle: bool = False,
+    unwrap: Callable[[nn.Module], nn.Module] | None = None,
+) -> IncompatibleKeys:
+    """Load a checkpoint (single file, sharded index, or folder; safetensors or bin) into a model.
+
+    Tensors go to the devices in ``device_map`` (``{"": device}`` or per-module prefixes; the
+    longest matching prefix wins; ``"disk"`` writes them to ``offload_folder``). Parameters
+    already on the right device and dtype are filled in place (safetensors bytes are read straight
+    into them), so tied weights and optimizer references survive; others, including meta tensors,
+    are replaced, keeping ties.
+
+    Args:
+        model: The model to fill (wrappers are removed).
+        checkpoint: A ``.safetensors``/``.bin`` file, a ``*.index.json`` file or a folder.
+        device_map: Where each module's tensors go; ``None`` keeps them where they are.
+        offload_folder: Folder for tensors mapped to ``"disk"``.
+        dtype: Cast floating-point weights to this dtype.
+        offload_state_dict: Accepted for compatibility; shards are always loaded one at a time.
+        offload_buffers: Also offload buffers mapped to ``"disk"``.
+        keep_in_fp32_modules: Module names kept in float32 when ``dtype`` is given.
+        offload_8bit_bnb: Not supported (bitsandbytes); must be ``False``.
+        strict: Raise when keys are missing or unexpected (else unexpected keys are logged).
+        allow_pickle: Allow ``.bin`` files that need arbitrary code to unpickle (trusted files only).
+        unwrap: Custom unwrapping function.
+
+    Returns:
+        The missing and unexpected keys.
+
+    Raises:
+        CheckpointNotFoundError: Nothing loadable at ``checkpoint``.
+        StateDictMismatchError: Keys (when ``strict``) or shapes do not match.
+        UnsafeCheckpointError: A ``.bin`` file needs code outside the allow-list.
+
+    """
+    del offload_state_dict
+    if offload_8bit_bnb:
+        raise InvalidArgumentError(
+            "offload_8bit_bnb=True needs bitsandbytes integration, which accel-ckpt does not have."
+        )
+    target = unwrap_model(model, unwrap)
+    source = resolve_model_checkpoint(checkpoint)
+    placer = Placer(
+        target, device_map, dtype, keep_in_fp32_modules, offload_folder, offload_buffers
+    )
+    return load_model_source(target, source, placer, strict=strict, allow_pickle=allow_pickle)

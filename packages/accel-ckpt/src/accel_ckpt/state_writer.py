@@ -1,0 +1,353 @@
+"""The per-process side of ``save_state``: plan the files, write them, agree, commit.
+
+Steps, each ending with an exchange of statuses between all processes (see
+:class:`accel_ckpt._coordination.Coordinator`): prepare (encode owned states, RNG, dataloader
+digests; rank 0 picks a token), create the temporary folder, collect model weights and run hooks,
+write and fsync every file, and commit (manifest, rename, ``total_limit``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel_ckpt._coordination import Coordinator
+from accel_ckpt.atomic import (
+    TMP_TAG,
+    fsync_dir,
+    fsync_file,
+    new_token,
+    publish_dir,
+    recover,
+    remove_tree,
+    sibling,
+)
+from accel_ckpt.checksum import FileRecord, crc32_of_file
+from accel_ckpt.errors import (
+    CheckpointExistsError,
+    InvalidArgumentError,
+    UnsupportedValueError,
+)
+from accel_ckpt.file_jobs import FileJob
+from accel_ckpt.manifest import MANIFEST_NAME, Manifest, is_complete, write_manifest
+from accel_ckpt.memory import tensor_bytes
+from accel_ckpt.model_io import split_aliases, unwrap_model, weights_metadata
+from accel_ckpt.object_io import encode_state
+from accel_ckpt.project import ProjectConfiguration, apply_total_limit
+from accel_ckpt.rng_state import capture_rng_states
+from accel_ckpt.safetensors_io import cpu_contiguous
+from accel_ckpt.stateful import SaveHook, Stateful, Unwrap, numbered
+
+
+@dataclass
+class Items:
+    """The objects one ``save_state`` call was given."""
+
+    models: list[nn.Module]
+    optimizers: list[Any]
+    schedulers: list[Any]
+    dataloaders: list[Any]
+    scaler: Any
+    custom_objects: list[Any]
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """One written file, as a process reports it to the committing process."""
+
+    category: str
+    index: int
+    rank: int
+    node_rank: int
+    per_rank: bool
+    relpath: str
+    record: FileRecord
+
+
+def state_job(
+    obj: Any, relbase: str, category: str, index: int, what: str, allow_pickle: bool
+) -> FileJob:
+    """The file storing ``obj.state_dict()``: ``relbase.safetensors``, or ``.pkl`` if it must."""
+    if not isinstance(obj, Stateful):
+        raise InvalidArgumentError(
+            f"{what} ({type(obj).__name__}) needs state_dict() and load_state_dict() methods "
+            "to be checkpointed."
+        )
+    state = obj.state_dict()
+    try:
+        tensors, metadata = encode_state(state, what)
+    except UnsupportedValueError:
+        if not allow_pickle:
+            raise
+        return FileJob(f"{relbase}.pkl", category, index, pickled=state)
+    return FileJob(f"{relbase}.safetensors", category, index, tensors, metadata)
+
+
+def digest(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> str:
+    """A hash of an encoded state, to tell whether processes hold the same one."""
+    hasher = hashlib.sha256(json.dumps(dict(metadata), sort_keys=True).encode())
+    for name in sorted(tensors):
+        data = cpu_contiguous(tensors[name])
+        hasher.update(name.encode())
+        hasher.update(str((data.dtype, tuple(data.shape))).encode())
+        hasher.update(tensor_bytes(data))
+    return hasher.hexdigest()
+
+
+class CheckpointWriter:
+    """The per-process state of one ``save_state`` call.
+
+    Args:
+        final: The checkpoint folder to commit.
+        items: The objects to save.
+        coordinator: This process's place in the job.
+        per_node: Each machine's local rank 0 commits a copy (``save_on_each_node``).
+        safe_serialization: Weights as safetensors, else ``pytorch_model.bin``.
+        allow_pickle: Store states that need pickle as ``.pkl``.
+        hooks: Pre-save hooks.
+        unwrap: Custom model unwrapping.
+        metadata: JSON data for the manifest.
+        config: Project configuration (automatic naming, ``total_limit``).
+
+    """
+
+    def __init__(
+        self,
+        final: Path,
+        items: Items,
+        coordinator: Coordinator,
+        *,
+        per_node: bool,
+        safe_serialization: bool,
+        allow_pickle: bool,
+        hooks: Sequence[SaveHook],
+        unwrap: Unwrap | None,
+        metadata: dict[str, Any],
+        config: ProjectConfiguration | None,
+    ) -> None:
+        self.final = final
+        self.items = items
+        self.coordinator = coordinator
+        self.per_node = per_node
+        self.creator = coordinator.local_rank == 0 if per_node else coordinator.rank == 0
+        self.safe_serialization = safe_serialization
+        self.allow_pickle = allow_pickle
+        self.hooks = hooks
+        self.unwrap = unwrap
+        self.metadata = metadata
+        self.config = config
+        self.automatic = config is not None and config.automatic_checkpoint_naming
+        self.jobs: list[FileJob] = []
+        self.staging: Path | None = None
+        self.loader_states: list[tuple[dict[str, torch.Tensor], dict[str, str]] | None] = []
+        self.per_rank_loaders: set[int] = set()
+
+    # ---------------------------------------------------------------- step 1: local preparation
+    def prepare(self) -> tuple[str | None, list[str | None]]:
+        """Encode this process's states; return rank 0's token and the dataloader digests."""
+        if self.creator:
+            self._check_target()
+        rank = self.coordinator.rank
+        tensors, metadata = encode_state(capture_rng_states(), f"RNG states of rank {rank}")
+        self.jobs.append(
+            FileJob(f"random_states_{rank}.safetensors", "random_states", rank, tensors, metadata)
+        )
+        digests: list[str | None] = []
+        for index, loader in enumerate(self.items.dataloaders):
+            if not isinstance(loader, Stateful):
+                self.loader_states.append(None)
+                digests.append(None)
+                continue
+            encoded = encode_state(loader.state_dict(), f"dataloader {index}")
+            self.loader_states.append(encoded)
+            digests.append(digest(*encoded))
+        if self.creator:
+            self._plan_owned_objects()
+        return (new_token() if rank == 0 else None), digests
+
+    def _check_target(self) -> None:
+        recover(self.final, is_complete)
+        if not self.final.exists():
+            return
+        if self.automatic:
+            raise CheckpointExistsError(
+                f"Checkpoint folder {self.final} already exists (iteration "
+                f"{self.config.iteration if self.config else '?'}); set "
+                "ProjectConfiguration.iteration to the next free number, or load_state() first."
+            )
+        if not self.final.is_dir():
+            raise InvalidArgumentError(f"output_dir={str(self.final)!r} is a file; pass a folder.")
+        if any(self.final.iterdir()) and not (self.final / MANIFEST_NAME).exists():
+            raise CheckpointExistsError(
+                f"output_dir={str(self.final)!r} exists, is not empty and is not an accel "
+                "checkpoint (no accel_manifest.json); refusing to replace it. Pass a new folder "
+                "or delete it."
+            )
+
+    def _plan_owned_objects(self) -> None:
+        for base, category, objects in (
+            ("optimizer", "optimizers", self.items.optimizers),
+            ("scheduler", "schedulers", self.items.schedulers),
+        ):
+            for index, obj in enumerate(objects):
+                relbase = numbered(base, index)
+                what = f"{base} {index} ({relbase})"
+                self.jobs.append(state_job(obj, relbase, category, index, what, self.allow_pickle))
+        for index, obj in enumerate(self.items.custom_objects):
+            relbase, what = f"custom_checkpoint_{index}", f"custom object {index}"
+            self.jobs.append(
+                state_job(obj, relbase, "custom_objects", index, what, self.allow_pickle)
+            )
+        if self.items.scaler is not None:
+            job = state_job(self.items.scaler, "scaler", "scaler", 0, "scaler", self.allow_pickle)
+            self.jobs.append(job)
+
+    # ---------------------------------------------------------------- step 2: temporary folder
+    def create_staging(self, token: str) -> None:
+        """Create the hidden temporary folder (creators) and remember its name (everyone)."""
+        self.staging = sibling(self.final, TMP_TAG, token)
+        if self.creator:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.staging.mkdir()
+
+    # ---------------------------------------------------------------- step 3: hooks and models
+    def plan_rest(self, digests: list[list[str | None]]) -> None:
+        """Plan dataloader files from every process's digests, run hooks, plan model files."""
+        assert self.staging is not None
+        rank = self.coordinator.rank
+        for index, encoded in enumerate(self.loader_states):
+            if encoded is None:
+                continue
+            shared = len({per_rank[index] for per_rank in digests}) == 1
+            if shared and not self.creator:
+                continue
+            relbase = numbered("dataloader", index) + ("" if shared else f"_rank{rank}")
+            self.jobs.append(
+                FileJob(f"{relbase}.safetensors", "dataloaders", index, encoded[0], encoded[1])
+            )
+            if not shared:
+                self.per_rank_loaders.add(index)
+        models = list(self.items.models)
+        weights: list[dict[str, Any]] = [
+            unwrap_model(model, self.unwrap).state_dict() for model in models
+        ]
+        for hook in self.hooks:
+            hook(models, weights, str(self.staging))
+        if not self.creator:
+            return
+        for index, state_dict in enumerate(weights):
+            if self.safe_serialization:
+                unique, aliases = split_aliases(state_dict)
+                relpath = numbered("model", index, ".safetensors")
+                job = FileJob(relpath, "models", index, unique, weights_metadata(aliases))
+            else:
+                relpath = numbered("pytorch_model", index, ".bin")
+                job = FileJob(relpath, "models", index, pickled=dict(state_dict))
+            self.jobs.append(job)
+
+    # ---------------------------------------------------------------- step 4: write (any thread)
+    def write(self) -> list[FileReport]:
+        """Write and fsync this process's files; report them."""
+        assert self.staging is not None
+        coordinator = self.coordinator
+        return [
+            FileReport(
+                job.category,
+                job.index,
+                coordinator.rank,
+                coordinator.node_rank,
+                job.category == "dataloaders" and job.index in self.per_rank_loaders,
+                job.relpath,
+                job.write(self.staging),
+            )
+            for job in self.jobs
+        ]
+
+    # ---------------------------------------------------------------- step 5: commit (creators)
+    def commit(self, reports: list[list[FileReport]]) -> None:
+        """Write the manifest and publish the folder (creators; the others return)."""
+        if not self.creator:
+            return
+        assert self.staging is not None
+        files: dict[str, FileRecord] = {}
+        contents: dict[str, Any] = {
+            "models": [],
+            "optimizers": [],
+            "schedulers": [],
+            "dataloaders": [None] * len(self.items.dataloaders),
+            "scaler": None,
+            "custom_objects": [],
+            "random_states": {},
+            "extra_files": [],
+        }
+        for report in sorted((r for per_rank in reports for r in per_rank), key=_order):
+            if self.per_node and report.node_rank != self.coordinator.node_rank:
+                continue
+            files[report.relpath] = report.record
+            _record(contents, report)
+        for path in sorted(self.staging.rglob("*")):
+            relpath = path.relative_to(self.staging).as_posix()
+            if path.is_dir():
+                fsync_dir(path)
+            elif relpath not in files and relpath != MANIFEST_NAME:
+                fsync_file(path)  # written by a hook
+                size, crc = crc32_of_file(os.fspath(path))
+                files[relpath] = FileRecord(size, crc)
+                contents["extra_files"].append(relpath)
+        fsync_dir(self.staging)
+        manifest = Manifest(
+            files=files,
+            contents=contents,
+            num_processes=self.coordinator.world_size,
+            metadata=self.metadata,
+        )
+        write_manifest(self.staging, manifest)
+        publish_dir(self.staging, self.final)
+        if self.automatic and self.config is not None and self.config.total_limit is not None:
+            apply_total_limit(self.final.parent, self.config.total_limit, keep=self.final)
+
+    def abort(self) -> None:
+        """Remove the temporary folder after a failure (creators only)."""
+        if self.creator and self.staging is not None and self.staging.exists():
+            remove_tree(self.staging)
+
+    # ---------------------------------------------------------------- steps 4 and 5 together
+    def finish(self) -> Path:
+        """Write, agree, commit; on any failure remove the temporary folder and raise."""
+        try:
+            reports = self.coordinator.step(f"Writing checkpoint {self.final}", self.write)
+            self.coordinator.step(
+                f"Committing checkpoint {self.final}", lambda: self.commit(reports)
+            )
+        except BaseException:
+            self.abort()
+            raise
+        return self.final
+
+
+def _order(report: FileReport) -> tuple[str, int, int]:
+    return report.category, report.index, report.rank
+
+
+def _record(contents: dict[str, Any], report: FileReport) -> None:
+    category, relpath = report.category, report.relpath
+    if category in ("models", "optimizers", "schedulers", "custom_objects"):
+        contents[category].append(relpath)  # reports arrive sorted by index
+    elif category == "scaler":
+        contents["scaler"] = relpath
+    elif category == "random_states":
+        contents["random_states"][str(report.rank)] = relpath
+    elif category == "dataloaders" and report.per_rank:
+        entry = contents["dataloaders"][report.index] or {"per_rank": {}}
+        entry["per_rank"][str(report.rank)] = relpath
+        contents["dataloaders"][report.index] = entry
+    elif category == "dataloaders":
+        contents["dataloaders"][report.index] = {"shared": relpath}

@@ -1,0 +1,111 @@
+"""Functions run on 2 spawned processes (importable by module name)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from ckpt_helpers import LoaderState, fresh_setup, rng_draws, same, snapshot, train, training_setup
+from torch.nn.parallel import DistributedDataParallel
+
+from accel_ckpt import (
+    DistributedCheckpointError,
+    ProjectConfiguration,
+    load_checkpoint_in_model,
+    load_state,
+    read_manifest,
+    save_model,
+    save_state,
+)
+from accel_state import PartialState
+
+
+class Exploding:
+    def state_dict(self):
+        raise RuntimeError("state_dict exploded on purpose")
+
+    def load_state_dict(self, state):
+        pass
+
+
+def round_trips(root: str) -> dict:
+    """Everything a 2-process job does with checkpoints; returns facts for the test to check."""
+    state = PartialState()
+    rank = state.process_index
+    base = Path(root)
+    out: dict = {"rank": rank}
+
+    # DDP-wrapped model trained in lockstep: every rank holds the same weights and moments.
+    setup = training_setup(seed=1)
+    setup["models"][1] = DistributedDataParallel(setup["models"][1])
+    train(setup["models"][1], setup["optimizers"][1], steps=2, seed=rank)  # grads are averaged
+    expected = snapshot(setup)
+    expected["models"][1] = copy.deepcopy(setup["models"][1].module.state_dict())
+    shared_loader = LoaderState(position=5, seed=1)
+    own_loader = LoaderState(position=10 + rank, seed=rank)
+
+    random.seed(100 + rank)
+    np.random.seed(100 + rank)
+    torch.manual_seed(100 + rank)
+    path = save_state(base / "ckpt", **setup, dataloaders=[shared_loader, own_loader])
+    after = rng_draws()
+    out["files"] = sorted(p.name for p in path.iterdir())
+    out["contents"] = read_manifest(path).contents
+
+    torch.manual_seed(7)
+    target = fresh_setup()
+    target["models"][1] = DistributedDataParallel(target["models"][1])
+    loaders = [LoaderState(), LoaderState()]
+    load_state(path, **target, dataloaders=loaders)
+    out["rng_restored"] = rng_draws() == after
+    out["loaders"] = [(loader.position, loader.seed) for loader in loaders]
+    got = snapshot(target)
+    got["models"][1] = target["models"][1].module.state_dict()
+    out["bitwise"] = all(
+        same(g, e) for kind in expected for g, e in zip(got[kind], expected[kind], strict=True)
+    )
+
+    # Asynchronous save from both ranks, then a replacement of the same folder.
+    handle = save_state(base / "async", **setup, blocking=False)
+    out["async_path"] = str(handle.wait())
+    save_state(base / "async", models=setup["models"][:1])
+    out["async_files"] = sorted(p.name for p in (base / "async").iterdir())
+
+    # Automatic naming with total_limit on both ranks.
+    config = ProjectConfiguration(
+        project_dir=str(base / "project"), automatic_checkpoint_naming=True, total_limit=2
+    )
+    for _ in range(3):
+        save_state(models=setup["models"], project_config=config)
+    out["kept"] = sorted(p.name for p in (base / "project" / "checkpoints").iterdir())
+    fresh = ProjectConfiguration(
+        project_dir=str(base / "project"), automatic_checkpoint_naming=True
+    )
+    out["latest"] = load_state(models=fresh_setup()["models"], project_config=fresh).path.name
+
+    # save_on_each_node on one machine: local rank 0 writes, the folder is shared.
+    path = save_state(base / "per_node", models=setup["models"][:1], save_on_each_node=True)
+    out["per_node_files"] = sorted(p.name for p in path.iterdir())
+
+    # save_model: only the main process writes; everyone can load after a barrier.
+    written = save_model(setup["models"][0], base / "model", max_shard_size="2KB")
+    state.wait_for_everyone()
+    out["model_files_written"] = len(written)
+    model = fresh_setup()["models"][0]
+    load_checkpoint_in_model(model, base / "model", device_map={"": "cpu"}, strict=True)
+    out["model_loaded"] = same(model.state_dict(), expected["models"][0])
+
+    # A failure on rank 0 only: every rank raises and nothing is committed.
+    try:
+        save_state(base / "broken", models=setup["models"], custom_objects=[Exploding()])
+        out["failure"] = "no error"
+    except DistributedCheckpointError as error:
+        out["failure"] = f"DistributedCheckpointError: {error}"
+    except RuntimeError as error:
+        out["failure"] = f"RuntimeError: {error}"
+    state.wait_for_everyone()
+    out["leftovers"] = sorted(p.name for p in base.iterdir() if "broken" in p.name)
+    return out

@@ -1,0 +1,63 @@
+"""Two real processes in a gloo group (one spawn: each costs seconds)."""
+
+from ckpt_workers import round_trips
+
+from accel_state.testing import spawn_workers
+
+
+def test_two_processes_save_and_load_everything(tmp_path):
+    results = spawn_workers(round_trips, 2, args=(str(tmp_path),), timeout=150)
+    for rank, out in enumerate(results):
+        assert out["rank"] == rank
+        assert out["bitwise"], out
+        assert out["rng_restored"], out
+        assert out["loaders"] == [(5, 1), (10 + rank, rank)]
+        assert out["async_path"] == str(tmp_path / "async")
+        assert out["async_files"] == [
+            "accel_manifest.json",
+            "model.safetensors",
+            "random_states_0.safetensors",
+            "random_states_1.safetensors",
+        ]
+        assert out["kept"] == ["checkpoint_1", "checkpoint_2"]
+        assert out["latest"] == "checkpoint_2"
+        assert out["model_loaded"]
+        assert out["per_node_files"] == [
+            "accel_manifest.json",
+            "model.safetensors",
+            "random_states_0.safetensors",
+            "random_states_1.safetensors",
+        ]
+        assert out["leftovers"] == []
+    first, second = results
+    assert (
+        first["files"]
+        == second["files"]
+        == [
+            "accel_manifest.json",
+            "custom_checkpoint_0.safetensors",
+            "dataloader.safetensors",
+            "dataloader_1_rank0.safetensors",
+            "dataloader_1_rank1.safetensors",
+            "model.safetensors",
+            "model_1.safetensors",
+            "optimizer.safetensors",
+            "optimizer_1.safetensors",
+            "random_states_0.safetensors",
+            "random_states_1.safetensors",
+            "scheduler.safetensors",
+        ]
+    )
+    assert first["contents"]["dataloaders"] == [
+        {"shared": "dataloader.safetensors"},
+        {
+            "per_rank": {
+                "0": "dataloader_1_rank0.safetensors",
+                "1": "dataloader_1_rank1.safetensors",
+            }
+        },
+    ]
+    assert first["model_files_written"] > 2 and second["model_files_written"] == 0
+    assert first["failure"].startswith("RuntimeError: state_dict exploded")
+    assert second["failure"].startswith("DistributedCheckpointError")
+    assert "rank 0: RuntimeError: state_dict exploded on purpose" in second["failure"]
