@@ -1,7 +1,87 @@
-"""Run your raw PyTorch training loop on any device and any number of processes.
+"""accel: run your raw PyTorch training loop on any device and any number of processes.
 
-Not built yet: see the open issue for this package."""
+Example:
+    >>> from accel import Accelerator
+    >>> accelerator = Accelerator()
+    >>> model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)
+    >>> for inputs, targets in dataloader:
+    ...     loss = loss_fn(model(inputs), targets)
+    ...     accelerator.backward(loss)
+    ...     optimizer.step()
+    ...     optimizer.zero_grad()
+
+Names are resolved on first use, so ``import accel`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from accel.__about__ import __version__
+from accel._lazy import lazy_exports
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    "Accelerator": "accel.accelerator",
+    "AcceleratorState": "accel.state",
+    "AcceleratedOptimizer": "accel.optimizer",
+    "AcceleratedScheduler": "accel.scheduler",
+    "AutocastKwargs": "accel.kwargs_handlers",
+    "DistributedDataParallelKwargs": "accel.kwargs_handlers",
+    "GradScalerKwargs": "accel.kwargs_handlers",
+    "InitProcessGroupKwargs": "accel.kwargs_handlers",
+    "TorchDynamoPlugin": "accel.kwargs_handlers",
+    "GradientAccumulationPlugin": "accel.plugins",
+    "AccelError": "accel.errors",
+    "AcceleratorConfigError": "accel.errors",
+    "PreparationError": "accel.errors",
+    "UnsupportedFeatureError": "accel.errors",
+    "PartialState": "accel_state",
+    "GradientState": "accel_state",
+    "DistributedType": "accel_state",
+    "PrecisionType": "accel_state",
+    "RNGType": "accel_state",
+    "DataLoaderConfiguration": "accel_data",
+    "ProjectConfiguration": "accel_ckpt",
+    "load_checkpoint_in_model": "accel_ckpt",
+    "skip_first_batches": "accel_data",
+    "synchronize_rng_states": "accel_data",
+    "set_seed": "accel_data",
+    "GeneralTracker": "accel.tracking",
+    "LoggerType": "accel.tracking",
+    "notebook_launcher": "accel_launch",
+    "debug_launcher": "accel_launch",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+if TYPE_CHECKING:
+    from accel.accelerator import Accelerator as Accelerator
+    from accel.errors import AcceleratorConfigError as AcceleratorConfigError
+    from accel.errors import AccelError as AccelError
+    from accel.errors import PreparationError as PreparationError
+    from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
+    from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
+    from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
+    from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
+    from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
+    from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
+    from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
+    from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
+    from accel.state import AcceleratorState as AcceleratorState
+    from accel.tracking import GeneralTracker as GeneralTracker
+    from accel.tracking import LoggerType as LoggerType
+    from accel_ckpt import ProjectConfiguration as ProjectConfiguration
+    from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
+    from accel_data import DataLoaderConfiguration as DataLoaderConfiguration
+    from accel_data import set_seed as set_seed
+    from accel_data import skip_first_batches as skip_first_batches
+    from accel_data import synchronize_rng_states as synchronize_rng_states
+    from accel_launch import debug_launcher as debug_launcher
+    from accel_launch import notebook_launcher as notebook_launcher
+    from accel_state import DistributedType as DistributedType
+    from accel_state import GradientState as GradientState
+    from accel_state import PartialState as PartialState
+    from accel_state import PrecisionType as PrecisionType
+    from accel_state import RNGType as RNGType

@@ -1,0 +1,723 @@
+"""The ``Accelerator``: one object that adapts a raw PyTorch training loop to any setup."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+import accel_ops
+from accel.checkpointing import CheckpointingMixin, make_project_configuration
+from accel.errors import AcceleratorConfigError, PreparationError
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    TorchDynamoPlugin,
+)
+from accel.modeling import patch_forward_for_precision, unwrap_model
+from accel.optimizer import AcceleratedOptimizer
+from accel.plugins import GradientAccumulationPlugin
+from accel.precision import Precision, make_precision
+from accel.scheduler import AcceleratedScheduler
+from accel.state import AcceleratorState
+from accel.strategies import make_strategy
+from accel.tracking import BUILT_IN_TRACKERS, GeneralTracker, resolve_trackers
+from accel_ckpt import Checkpointer, ProjectConfiguration
+from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
+from accel_state import DistributedType, GradientState, reset_state
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+_UNSET: Any = object()
+_HANDLER_TYPES = (
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    AutocastKwargs,
+)
+
+
+class Accelerator(CheckpointingMixin):
+    """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
+
+    Args:
+        device_placement: Move prepared models and batches to :attr:`device`.
+        split_batches: Split each batch across processes instead of giving each process whole
+            batches (also settable through ``dataloader_config``).
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` (or ``"fp8"`` where supported);
+            default: the launcher's setting, else ``"no"``.
+        gradient_accumulation_steps: Micro-steps per optimizer step; default: the launcher's.
+        cpu: Force the CPU even when an accelerator is present.
+        dataloader_config: A :class:`~accel_data.DataLoaderConfiguration`.
+        rng_types: Random generators synchronised at each dataloader iteration
+            (default ``["generator"]``).
+        project_dir: Folder for checkpoints and logs.
+        project_config: A :class:`~accel_ckpt.ProjectConfiguration` (checkpoint naming, limits).
+        gradient_accumulation_plugin: Full accumulation settings; exclusive with
+            ``gradient_accumulation_steps``.
+        step_scheduler_with_optimizer: Step prepared schedulers only with real optimizer steps.
+        kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
+            ``InitProcessGroupKwargs``, ``AutocastKwargs`` instances (one of each at most).
+        dynamo_backend: ``torch.compile`` backend for prepared models (``"no"`` disables).
+        log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"all"``,
+            ``GeneralTracker`` instances, or a list of those (see :mod:`accel.tracking`).
+        deepspeed_plugin: DeepSpeed settings (arrive with the DeepSpeed strategy).
+        fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
+        even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
+        dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
+
+    Raises:
+        AcceleratorConfigError: Contradictory arguments, or arguments that contradict the state
+            already created in this process.
+        UnsupportedFeatureError: A requested precision or strategy is not available here.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = _UNSET,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        rng_types: Sequence[str] | None = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Sequence[KwargsHandler] | None = None,
+        dynamo_backend: str | None = None,
+        log_with: Any = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        even_batches: bool = _UNSET,
+        dispatch_batches: bool | None = _UNSET,
+    ) -> None:
+        self.log_with = resolve_trackers(log_with)
+        self.trackers: list[GeneralTracker] = []
+        handlers = _sort_handlers(kwargs_handlers or ())
+        self.ddp_handler: DistributedDataParallelKwargs | None = handlers.get(
+            DistributedDataParallelKwargs
+        )  # type: ignore[assignment]
+        self.scaler_handler: GradScalerKwargs | None = handlers.get(GradScalerKwargs)  # type: ignore[assignment]
+        self.init_handler: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)  # type: ignore[assignment]
+        self.autocast_handler: AutocastKwargs | None = handlers.get(AutocastKwargs)  # type: ignore[assignment]
+
+        dynamo_plugin = (
+            None if dynamo_backend is None else TorchDynamoPlugin(backend=dynamo_backend.lower())
+        )
+        self.state = AcceleratorState(
+            mixed_precision=mixed_precision,
+            cpu=cpu,
+            dynamo_plugin=dynamo_plugin,
+            deepspeed_plugin=deepspeed_plugin,
+            fsdp_plugin=fsdp_plugin,
+            backend=self.init_handler.backend if self.init_handler else None,
+            timeout=self.init_handler.timeout if self.init_handler else None,
+        )
+        contract = self.state.partial.contract
+
+        if gradient_accumulation_plugin is not None:
+            if gradient_accumulation_steps != 1:
+                raise AcceleratorConfigError(
+                    f"gradient_accumulation_steps={gradient_accumulation_steps} and "
+                    "gradient_accumulation_plugin were both given; set num_steps in the plugin only."
+                )
+        else:
+            steps = gradient_accumulation_steps
+            if steps == 1:
+                steps = contract.gradient_accumulation_steps
+            gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
+        self.gradient_state = GradientState(gradient_accumulation_plugin)
+
+        self.dataloader_config = _merge_dataloader_options(
+            dataloader_config,
+            split_batches=split_batches,
+            even_batches=even_batches,
+            dispatch_batches=dispatch_batches,
+        )
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+        self.project_configuration = make_project_configuration(project_dir, project_config)
+        self.precision: Precision = make_precision(
+            self.state.mixed_precision, self.device, self.scaler_handler
+        )
+        self.scaler = self.precision.scaler
+        self.strategy = make_strategy(
+            self.state.distributed_type,
+            self.state.partial,
+            **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
+        )
+        self.step = 0
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[Any] = []
+        self._prepared_ids: dict[int, Any] = {}
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=self.unwrap_model)
+
+    # ------------------------------------------------------------------ facts about the job
+    @property
+    def device(self) -> torch.device:
+        """The device of this process."""
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The job's distributed mode."""
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        """Number of processes in the job."""
+        return self.state.partial.num_processes
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        return self.state.partial.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its machine."""
+        return self.state.partial.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on global rank 0."""
+        return self.state.partial.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on local rank 0 of each machine."""
+        return self.state.partial.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the highest global rank."""
+        return self.state.partial.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether more than one process takes part."""
+        return self.state.partial.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        """The mixed-precision mode (``"no"``, ``"fp16"``, ``"bf16"``...)."""
+        return self.state.mixed_precision.value
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether torch autocast is in use."""
+        return self.precision.autocast_dtype is not None
+
+    @property
+    def split_batches(self) -> bool:
+        """Whether batches are split across processes."""
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether the last round of batches is completed by wrapping around."""
+        return self.dataloader_config.even_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        """Whether rank 0 reads batches and dispatches slices."""
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def project_dir(self) -> str | None:
+        """The project folder, if any."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """Where trackers write: the project configuration's logging_dir (default project_dir)."""
+        return self.project_configuration.logging_dir
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether the current micro-step synchronises gradients and steps the optimizer."""
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state.set_sync_gradients(value)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-steps per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        GradientAccumulationPlugin(num_steps=steps)  # validates
+        self.gradient_state.plugin_kwargs["num_steps"] = steps
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether any prepared optimizer skipped its last step (fp16 inf/nan gradients)."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self, *args: Any, device_placement: Sequence[bool | None] | None = None) -> Any:
+        """Prepare models, optimizers, dataloaders and schedulers for this setup.
+
+        Objects come back in the order given (a single object unwrapped); objects of other types
+        pass through unchanged. Preparing an object twice returns the first result.
+
+        Args:
+            *args: Any mix of ``nn.Module``, ``Optimizer``, ``DataLoader`` and LR schedulers.
+            device_placement: One flag per object overriding the Accelerator's setting.
+        """
+        placements = list(device_placement) if device_placement is not None else [None] * len(args)
+        if len(placements) != len(args):
+            raise PreparationError(
+                f"device_placement has {len(placements)} entries for {len(args)} objects; "
+                "give one per object."
+            )
+        result = list(args)
+        kinds: list[tuple[Callable[[Any], bool], Callable[[Any, bool | None], Any]]] = [
+            (lambda obj: isinstance(obj, torch.nn.Module), self.prepare_model),
+            (lambda obj: isinstance(obj, torch.utils.data.DataLoader), self.prepare_data_loader),
+            (lambda obj: isinstance(obj, torch.optim.Optimizer), self.prepare_optimizer),
+            (_is_scheduler, lambda obj, _placement: self.prepare_scheduler(obj)),
+        ]
+        for matches, prepare in kinds:
+            for index, obj in enumerate(args):
+                if matches(obj):
+                    result[index] = prepare(obj, placements[index])
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _already_prepared(self, obj: Any) -> Any:
+        return self._prepared_ids.get(id(obj))
+
+    def _remember(self, original: Any, prepared: Any) -> Any:
+        self._prepared_ids[id(original)] = prepared
+        self._prepared_ids[id(prepared)] = prepared
+        return prepared
+
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        """Place ``model`` on the device, apply mixed precision, wrap it for the strategy.
+
+        Args:
+            model: The model.
+            device_placement: Override the Accelerator's ``device_placement``.
+            evaluation_mode: Skip the distributed wrapper (inference only).
+        """
+        existing = self._already_prepared(model)
+        if existing is not None:
+            return existing  # type: ignore[no-any-return]
+        placement = self.device_placement if device_placement is None else device_placement
+        if placement and not getattr(model, "hf_device_map", None):
+            model = model.to(self.device)
+        patch_forward_for_precision(model, self.precision, self.autocast_handler)
+        prepared = model if evaluation_mode else self.strategy.wrap(model)
+        dynamo = self.state.dynamo_plugin
+        if dynamo.backend != "no":
+            prepared = torch.compile(prepared, **dynamo.compile_kwargs())  # type: ignore[assignment]
+        self._models.append(prepared)
+        return self._remember(model, prepared)  # type: ignore[no-any-return]
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Wrap ``optimizer`` in an :class:`AcceleratedOptimizer`."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        existing = self._already_prepared(optimizer)
+        if existing is not None:
+            return existing  # type: ignore[no-any-return]
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = AcceleratedOptimizer(
+            optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
+        )
+        self._optimizers.append(prepared)
+        return self._remember(optimizer, prepared)  # type: ignore[no-any-return]
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` in an :class:`AcceleratedScheduler` tied to its prepared optimizer."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        existing = self._already_prepared(scheduler)
+        if existing is not None:
+            return existing  # type: ignore[no-any-return]
+        raw_optimizer = getattr(scheduler, "optimizer", None)
+        followed = [
+            opt
+            for opt in self._optimizers
+            if opt.optimizer is raw_optimizer or opt is raw_optimizer
+        ]
+        prepared = AcceleratedScheduler(
+            scheduler,
+            followed or self._optimizers,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
+            num_processes=self.num_processes,
+        )
+        self._schedulers.append(prepared)
+        return self._remember(scheduler, prepared)  # type: ignore[no-any-return]
+
+    def prepare_data_loader(
+        self, data_loader: torch.utils.data.DataLoader[Any], device_placement: bool | None = None
+    ) -> Any:
+        """Shard ``data_loader`` across processes (see :func:`accel_data.prepare_data_loader`)."""
+        existing = self._already_prepared(data_loader)
+        if existing is not None:
+            return existing
+        config = self.dataloader_config
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = prepare_data_loader(
+            data_loader,
+            device=self.device,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=config.split_batches,
+            put_on_device=placement,
+            rng_types=list(self.rng_types),
+            dispatch_batches=config.dispatch_batches,
+            even_batches=config.even_batches,
+            use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+            non_blocking=config.non_blocking,
+            use_stateful_dataloader=config.use_stateful_dataloader,
+        )
+        self._dataloaders.append(prepared)
+        return self._remember(data_loader, prepared)
+
+    # ------------------------------------------------------------------ training step
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Use instead of ``loss.backward()``: divides by the accumulation steps, scales under fp16."""
+        loss = loss / self.gradient_accumulation_steps
+        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+
+    def _do_sync(self) -> None:
+        if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
+            self.step = 0
+            self.gradient_state.set_sync_gradients(True)
+        else:
+            self.step += 1
+            self.gradient_state.set_sync_gradients(self.step % self.gradient_state.num_steps == 0)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """Context for one micro-step: synchronise and step only every N-th time or at the end.
+
+        Inside it, prepared optimizers step (and zero their gradients) only on synchronisation
+        steps, and DDP skips its all-reduce on the other micro-steps.
+        """
+        self._do_sync()
+        allow_sync = self.sync_gradients or (
+            self.use_distributed and self.gradient_state.sync_each_batch
+        )
+        with contextlib.ExitStack() as stack:
+            if not allow_sync:
+                for model in models:
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Context manager in which backward passes of ``model`` do not synchronise gradients."""
+        return self.strategy.no_sync(model)
+
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Run the block in the Accelerator's mixed precision (e.g. a loss outside the model)."""
+        return self.precision.autocast(autocast_handler or self.autocast_handler)
+
+    def unscale_gradients(
+        self, optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None
+    ) -> None:
+        """Divide gradients by the fp16 loss scale (once per step; a no-op in other precisions)."""
+        if optimizer is None:
+            optimizers: Sequence[torch.optim.Optimizer] = self._optimizers
+        elif isinstance(optimizer, torch.optim.Optimizer):
+            optimizers = [optimizer]
+        else:
+            optimizers = optimizer
+        for opt in optimizers:
+            self.precision.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+
+    def _prepare_gradients_for_clipping(self) -> bool:
+        if not self.sync_gradients:
+            return False
+        for optimizer in self._optimizers:
+            self.strategy.before_clipping(optimizer.optimizer)
+        self.unscale_gradients()
+        return True
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor | None:
+        """Clip the global gradient norm; returns the total norm before clipping.
+
+        Gradients are unscaled first under fp16. On accumulation micro-steps that do not
+        synchronise, gradients are incomplete, so nothing is clipped and ``None`` is returned;
+        the call on the synchronising step clips the full gradient.
+        """
+        if not self._prepare_gradients_for_clipping():
+            return None
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip gradients element-wise (after unscaling), on synchronising steps only."""
+        if self._prepare_gradients_for_clipping():
+            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # ------------------------------------------------------------------ collectives
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate ``tensor`` (or a nested structure of tensors) from every process on dim 0."""
+        return accel_ops.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather for evaluation, dropping the samples duplicated to even out the last batch.
+
+        Args:
+            input_data: Tensors (nested) or any picklable objects.
+            use_gather_object: Gather as Python objects even if every leaf is a tensor.
+        """
+        try:
+            accel_ops.recursively_apply(lambda tensor: tensor, input_data, error_on_other_type=True)
+            all_tensors = True
+        except TypeError:
+            all_tensors = False
+        as_objects = use_gather_object or not all_tensors
+        data = accel_ops.gather_object(input_data) if as_objects else accel_ops.gather(input_data)
+        remainder = self.gradient_state.remainder
+        if not self.gradient_state.end_of_dataloader or remainder <= 0:
+            return data
+        if as_objects:
+            return data[:remainder]
+        return accel_ops.recursively_apply(lambda tensor: tensor[:remainder], data)
+
+    def reduce(
+        self, tensor: Any, reduction: accel_ops.collectives.Reduction = "sum", scale: float = 1.0
+    ) -> Any:
+        """Reduce ``tensor`` across processes (``"sum"``, ``"mean"``, ``"max"`` or ``"none"``)."""
+        return accel_ops.reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad ``tensor`` on ``dim`` to the largest size across processes."""
+        return accel_ops.pad_across_processes(
+            tensor, dim=dim, pad_index=pad_index, pad_first=pad_first
+        )
+
+    # ------------------------------------------------------------------ models
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+    ) -> torch.nn.Module:
+        """The user's model inside any distributed, compile or precision wrapper."""
+        return unwrap_model(
+            model, keep_fp32_wrapper=keep_fp32_wrapper, unwrappers=[self.strategy.unwrap]
+        )
+
+    # ------------------------------------------------------------------ process control
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this call."""
+        self.state.partial.wait_for_everyone()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine."""
+        self.state.partial.print(*args, **kwargs)
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """The main process runs the block first, then the others."""
+        return self.state.partial.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Each machine's local main process runs the block first."""
+        return self.state.partial.local_main_process_first()
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only."""
+        return self.state.partial.on_main_process(function)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on each machine's local main process only."""
+        return self.state.partial.on_local_main_process(function)
+
+    def on_last_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self.state.partial.on_last_process(function)
+
+    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on global rank ``process_index`` only."""
+        return self.state.partial.on_process(function, process_index=process_index)
+
+    def on_local_process(
+        self, function: F | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local rank ``local_process_index`` only."""
+        return self.state.partial.on_local_process(
+            function, local_process_index=local_process_index
+        )
+
+    def split_between_processes(
+        self, inputs: T, apply_padding: bool = False
+    ) -> contextlib.AbstractContextManager[T]:
+        """Give each process a contiguous share of ``inputs``."""
+        return self.state.partial.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A dataloader that skips its first ``num_batches`` batches (for mid-epoch resume)."""
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Drop references to everything prepared and release cached device memory.
+
+        Returns:
+            A list of ``None`` of the same length as ``objects``, to rebind them.
+        """
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self._prepared_ids.clear()
+        self.step = 0
+        released: list[Any] = [None] * len(objects)
+        del objects
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return released
+
+    def clear(self, *objects: Any) -> list[Any]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
+    # ------------------------------------------------------------------ experiment tracking
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Start the trackers given in ``log_with`` (main process only) and record ``config``.
+
+        Args:
+            project_name: Run name; file-based trackers write under ``logging_dir/project_name``.
+            config: Hyper-parameters to store.
+            init_kwargs: Per-tracker keyword arguments, keyed by tracker name.
+
+        Raises:
+            AcceleratorConfigError: A file-based tracker without ``project_dir``/``logging_dir``.
+        """
+        init_kwargs = init_kwargs or {}
+        self.trackers = []
+        for entry in self.log_with:
+            if isinstance(entry, GeneralTracker):
+                tracker = entry
+            elif self.is_main_process:
+                tracker_class: Any = BUILT_IN_TRACKERS[entry]
+                if tracker_class.requires_logging_directory and self.logging_dir is None:
+                    raise AcceleratorConfigError(
+                        f"log_with={entry!r} writes files: pass project_dir=... or "
+                        "project_config=ProjectConfiguration(logging_dir=...) to the Accelerator."
+                    )
+                tracker = tracker_class(
+                    project_name, self.logging_dir, **init_kwargs.get(entry, {})
+                )
+            else:
+                continue
+            if tracker.main_process_only and not self.is_main_process:
+                continue
+            self.trackers.append(tracker)
+            if config is not None:
+                tracker.store_init_configuration(config)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (its underlying object with ``unwrap=True``).
+
+        Raises:
+            AcceleratorConfigError: No tracker of that name was started on the main process.
+        """
+        for tracker in self.trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        if not self.is_main_process:
+            return None
+        raise AcceleratorConfigError(
+            f"No tracker named {name!r}; started: {[t.name for t in self.trackers]} (see log_with)."
+        )
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Log ``values`` at ``step`` to every tracker (main process only)."""
+        log_kwargs = log_kwargs or {}
+        for tracker in self.trackers:
+            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
+
+    def end_training(self) -> None:
+        """End the run: close the trackers, wait for every process, stop the process group."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []
+        self.wait_for_everyone()
+        reset_state()
+
+    def __repr__(self) -> str:
+        return f"Accelerator(\n{self.state!r})"
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler) or (
+        hasattr(obj, "step")
+        and hasattr(obj, "optimizer")
+        and hasattr(obj, "state_dict")
+        and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
+    )
+
+
+def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandler]:
+    found: dict[type, KwargsHandler] = {}
+    for handler in handlers:
+        kind = next((cls for cls in _HANDLER_TYPES if isinstance(handler, cls)), None)
+        if kind is None:
+            raise AcceleratorConfigError(
+                f"kwargs_handlers got {handler!r}; accepted: "
+                f"{', '.join(cls.__name__ for cls in _HANDLER_TYPES)}."
+            )
+        if kind in found:
+            raise AcceleratorConfigError(
+                f"kwargs_handlers holds two {kind.__name__} objects; pass one of each kind."
+            )
+        found[kind] = handler
+    return found
+
+
+def _merge_dataloader_options(
+    config: DataLoaderConfiguration | None, **shortcuts: Any
+) -> DataLoaderConfiguration:
+    base = config or DataLoaderConfiguration()
+    changes = {name: value for name, value in shortcuts.items() if value is not _UNSET}
+    if config is not None:
+        for name, value in changes.items():
+            if getattr(config, name) != value:
+                raise AcceleratorConfigError(
+                    f"{name}={value!r} contradicts dataloader_config.{name}={getattr(config, name)!r}; "
+                    "set it in one place."
+                )
+    return dataclasses.replace(base, **changes) if changes else base

@@ -1,0 +1,156 @@
+"""The Accelerator's checkpoint methods, delegated to accel-ckpt's ``Checkpointer``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
+from accel_ckpt import save as save_object
+from accel_ckpt import save_model as save_model_weights
+
+PathLike = str | os.PathLike[str]
+
+
+def make_project_configuration(
+    project_dir: PathLike | None, project_config: ProjectConfiguration | None
+) -> ProjectConfiguration:
+    """The project configuration: the one given (with ``project_dir`` applied) or a new one."""
+    config = project_config if project_config is not None else ProjectConfiguration()
+    if project_dir is not None:
+        config.set_directories(project_dir)
+    return config
+
+
+class CheckpointingMixin:
+    """``save_model``, ``save``, ``save_state``, ``load_state`` and registration, for the Accelerator.
+
+    The host class provides ``checkpointer``, ``project_configuration``, ``step``, the prepared
+    object lists, ``scaler``, ``unwrap_model`` and ``is_main_process``.
+    """
+
+    checkpointer: Checkpointer
+    project_configuration: ProjectConfiguration
+    step: int
+    scaler: Any
+    _models: list[torch.nn.Module]
+    _optimizers: list[Any]
+    _schedulers: list[Any]
+    _dataloaders: list[Any]
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is global rank 0 (the Accelerator overrides this)."""
+        raise NotImplementedError
+
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+    ) -> torch.nn.Module:
+        """The model inside its wrappers (the Accelerator overrides this)."""
+        raise NotImplementedError
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Include objects with ``state_dict``/``load_state_dict`` in every save and load.
+
+        Raises:
+            accel_ckpt.InvalidArgumentError: An object lacks those methods (the message names it).
+        """
+        self.checkpointer.register_for_checkpointing(*objects)
+
+    @property
+    def _custom_objects(self) -> list[Any]:
+        return self.checkpointer.custom_objects
+
+    def register_save_state_pre_hook(
+        self, hook: Callable[[list[torch.nn.Module], list[dict[str, Any]], str], None]
+    ) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` before each ``save_state``."""
+        return self.checkpointer.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(
+        self, hook: Callable[[list[torch.nn.Module], str], None]
+    ) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` before each ``load_state``."""
+        return self.checkpointer.register_load_state_pre_hook(hook)
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: PathLike,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Write the unwrapped model's weights (main process only), sharded above ``max_shard_size``."""
+        save_model_weights(
+            self.unwrap_model(model),
+            save_directory,
+            max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
+            is_main_process=self.is_main_process,
+        )
+
+    def save(self, obj: Any, f: PathLike, safe_serialization: bool = False) -> None:
+        """Write ``obj`` to ``f`` once (main process, or each machine's with ``save_on_each_node``)."""
+        save_object(
+            obj,
+            f,
+            save_on_each_node=self.project_configuration.save_on_each_node,
+            safe_serialization=safe_serialization,
+        )
+
+    def save_state(
+        self,
+        output_dir: PathLike | None = None,
+        safe_serialization: bool = True,
+        blocking: bool = True,
+    ) -> str | AsyncSave:
+        """Save the whole training state (call on every process).
+
+        That is every prepared model, optimizer, scheduler and dataloader position, the grad
+        scaler, registered objects and every process's RNG states.
+
+        Args:
+            output_dir: Checkpoint folder; with automatic naming,
+                ``project_dir/checkpoints/checkpoint_<i>``.
+            safe_serialization: Model weights as safetensors (else ``.bin``).
+            blocking: False copies the state to CPU memory and writes in the background; the
+                returned handle's ``wait()`` (or the next save/load) joins it.
+
+        Returns:
+            The checkpoint folder, or the background save's handle.
+        """
+        result = self.checkpointer.save_state(
+            output_dir,
+            models=self._models,
+            optimizers=self._optimizers,
+            schedulers=self._schedulers,
+            dataloaders=self._dataloaders,
+            scaler=self.scaler,
+            blocking=blocking,
+            safe_serialization=safe_serialization,
+            metadata={"step": self.step},
+        )
+        return str(result) if isinstance(result, Path) else result
+
+    def load_state(self, input_dir: PathLike | None = None, strict: bool = True) -> None:
+        """Restore what :meth:`save_state` saved into the prepared objects (call on every process).
+
+        Args:
+            input_dir: Checkpoint folder; ``None`` takes the newest complete automatically named one.
+            strict: Model keys must match exactly.
+        """
+        loaded = self.checkpointer.load_state(
+            input_dir,
+            models=self._models,
+            optimizers=self._optimizers,
+            schedulers=self._schedulers,
+            dataloaders=self._dataloaders,
+            scaler=self.scaler,
+            strict=strict,
+        )
+        self.step = int(loaded.metadata.get("step", 0))

@@ -1,0 +1,19 @@
+"""Exception hierarchy of the accel package: every error it raises derives from AccelError."""
+
+from __future__ import annotations
+
+
+class AccelError(Exception):
+    """Base class of every error raised by the accel package."""
+
+
+class AcceleratorConfigError(AccelError, ValueError):
+    """Accelerator arguments contradict each other or the launcher, or are out of range."""
+
+
+class UnsupportedFeatureError(AccelError, RuntimeError):
+    """A requested feature (precision, strategy, backend) is not available on this setup."""
+
+
+class PreparationError(AccelError, TypeError):
+    """An object passed to ``Accelerator.prepare`` cannot be prepared."""

@@ -1,0 +1,63 @@
+"""``get_logger``: a logger that logs on the main process only, or on every process in rank order."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from accel.errors import AccelError
+from accel_state import PartialState
+
+
+class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger adapter aware of the job's processes.
+
+    Each logging call accepts ``main_process_only`` (default True: log on global rank 0 only) and
+    ``in_order`` (log on every process, one rank after the other).
+    """
+
+    @staticmethod
+    def _should_log(main_process_only: bool) -> bool:
+        state = PartialState()
+        return not main_process_only or state.is_main_process
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        """Log ``msg`` at ``level`` on the processes selected by the keyword options."""
+        if not PartialState._shared_state:
+            raise AccelError(
+                "get_logger() needs the process state: create PartialState() or Accelerator() "
+                "before logging."
+            )
+        main_process_only = kwargs.pop("main_process_only", True)
+        in_order = kwargs.pop("in_order", False)
+        kwargs.setdefault("stacklevel", 2)
+        if not self.isEnabledFor(level):
+            return
+        if not in_order:
+            if self._should_log(main_process_only):
+                self.logger.log(level, msg, *args, **kwargs)
+            return
+        state = PartialState()
+        for rank in range(state.num_processes):
+            if rank == state.process_index:
+                self.logger.log(level, msg, *args, **kwargs)
+            state.wait_for_everyone()
+
+    @functools.lru_cache(None)  # noqa: B019 - the cache is the point: one warning per message
+    def warning_once(self, *args: Any, **kwargs: Any) -> None:
+        """Log a warning once per distinct message."""
+        self.warning(*args, **kwargs)
+
+
+def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAdapter:
+    """A logger whose calls take ``main_process_only=True`` and ``in_order=False`` options.
+
+    Args:
+        name: Logger name, usually ``__name__``.
+        log_level: Level to set on the logger (``"INFO"``, ``logging.DEBUG``...); default unchanged.
+    """
+    logger = logging.getLogger(name)
+    if log_level is not None:
+        logger.setLevel(log_level.upper() if isinstance(log_level, str) else log_level)
+    return MultiProcessAdapter(logger, {})

@@ -1,0 +1,125 @@
+"""Mixed precision as small objects: how to autocast, scale the loss, and step the optimizer."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from accel.errors import UnsupportedFeatureError
+from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+from accel_state import PrecisionType
+
+
+class Precision:
+    """Full precision: no autocast, no loss scaling. Subclasses override what they change."""
+
+    mode: PrecisionType = PrecisionType.NO
+    autocast_dtype: torch.dtype | None = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.scaler: Any = None
+
+    def autocast(
+        self, handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context manager running its block in this precision."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        settings = (handler or AutocastKwargs()).to_kwargs()
+        enabled = settings.pop("enabled", True)
+        return torch.autocast(
+            device_type=self.device.type, dtype=self.autocast_dtype, enabled=enabled, **settings
+        )
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to call ``backward`` on (scaled under fp16)."""
+        return loss
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the gradients by the loss scale (no-op without a scaler)."""
+
+    def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
+        """Step the optimizer; return True when the step was skipped (inf/nan gradients)."""
+        optimizer.step(**kwargs)
+        return False
+
+
+class BF16Precision(Precision):
+    """bfloat16 autocast; same exponent range as float32, so no loss scaling."""
+
+    mode = PrecisionType.BF16
+    autocast_dtype = torch.bfloat16
+
+
+class FP16Precision(Precision):
+    """float16 autocast with a dynamic loss scaler (``torch.amp.GradScaler``)."""
+
+    mode = PrecisionType.FP16
+    autocast_dtype = torch.float16
+
+    def __init__(self, device: torch.device, scaler_kwargs: GradScalerKwargs | None = None) -> None:
+        super().__init__(device)
+        self.scaler = torch.amp.GradScaler(
+            device.type, **(scaler_kwargs or GradScalerKwargs()).to_kwargs()
+        )
+        self._unscaled: set[int] = set()
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """Multiply the loss by the current scale."""
+        return self.scaler.scale(loss)  # type: ignore[no-any-return]
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscale once per optimizer step (a second call before the step is a no-op)."""
+        if id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
+        """Step through the scaler; a reduced scale afterwards means inf/nan made it skip."""
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        self._unscaled.discard(id(optimizer))
+        return bool(self.scaler.get_scale() < scale_before)
+
+
+def make_precision(
+    mode: PrecisionType | str,
+    device: torch.device,
+    scaler_kwargs: GradScalerKwargs | None = None,
+) -> Precision:
+    """Build the precision object for ``mode`` on ``device``.
+
+    Raises:
+        UnsupportedFeatureError: fp8 (needs a dedicated engine not bundled here), or fp16/bf16 on a
+            device type without autocast support.
+    """
+    precision = PrecisionType(mode)
+    if precision is PrecisionType.FP8:
+        raise UnsupportedFeatureError(
+            "mixed_precision='fp8' needs FP8-capable GPUs and an FP8 engine (TransformerEngine or "
+            "torchao), which accel does not drive yet; use 'bf16'."
+        )
+    if precision is PrecisionType.NO:
+        return Precision(device)
+    dtype = torch.float16 if precision is PrecisionType.FP16 else torch.bfloat16
+    if not _autocast_supported(device, dtype):
+        raise UnsupportedFeatureError(
+            f"mixed_precision={precision.value!r} is not supported by torch {torch.__version__} on "
+            f"{device.type}; use mixed_precision='no' or 'bf16'."
+        )
+    if precision is PrecisionType.FP16:
+        return FP16Precision(device, scaler_kwargs)
+    return BF16Precision(device)
+
+
+def _autocast_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    try:
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            pass
+    except (RuntimeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,115 @@
+"""``AcceleratorState``: ``PartialState`` plus the training settings every Accelerator shares."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, ClassVar
+
+import torch
+
+from accel.errors import AcceleratorConfigError
+from accel.kwargs_handlers import TorchDynamoPlugin
+from accel_state import DistributedType, PartialState, PrecisionType
+from accel_state.shared import shared_dict
+
+
+class AcceleratorState:
+    """Process-wide training settings: precision, compilation, sharding plugins.
+
+    Built on :class:`~accel_state.PartialState`, whose attributes it exposes as well.
+
+    Args:
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; ``None`` keeps the launcher's.
+        cpu: Force the CPU.
+        dynamo_plugin: ``torch.compile`` settings.
+        deepspeed_plugin: DeepSpeed settings (strategy lands with the DeepSpeed issue).
+        fsdp_plugin: FSDP settings (strategy lands with the FSDP issue).
+        backend: Communication backend for the process group.
+        timeout: Process-group timeout.
+
+    Raises:
+        AcceleratorConfigError: The state already exists with a different precision.
+    """
+
+    _shared_state: ClassVar[dict[str, Any]] = shared_dict("AcceleratorState")
+
+    def __init__(
+        self,
+        mixed_precision: PrecisionType | str | None = None,
+        cpu: bool = False,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        backend: str | None = None,
+        timeout: datetime.timedelta | None = None,
+    ) -> None:
+        self.__dict__ = self._shared_state
+        partial = PartialState(cpu, backend=backend, timeout=timeout)
+        requested = None if mixed_precision is None else PrecisionType(mixed_precision)
+        if self.initialized:
+            if requested is not None and requested != self.mixed_precision:
+                raise AcceleratorConfigError(
+                    f"AcceleratorState already uses mixed_precision={self.mixed_precision.value!r}; "
+                    f"mixed_precision={requested.value!r} cannot be honoured in the same process. "
+                    "Create one Accelerator per process, or call accel_state.reset_state() first."
+                )
+            return
+        contract = partial.contract
+        self._shared_state.update(
+            partial=partial,
+            mixed_precision=requested if requested is not None else contract.mixed_precision,
+            dynamo_plugin=dynamo_plugin
+            or TorchDynamoPlugin(
+                backend=contract.dynamo_backend,
+                mode=contract.dynamo_mode,  # type: ignore[arg-type]
+                fullgraph=contract.dynamo_use_fullgraph,
+                dynamic=contract.dynamo_use_dynamic,
+            ),
+            deepspeed_plugin=deepspeed_plugin,
+            fsdp_plugin=fsdp_plugin,
+        )
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the shared record has been filled."""
+        return "partial" in self._shared_state
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forget the shared record (tests only)."""
+        cls._shared_state.clear()
+        if reset_partial_state:
+            PartialState._reset_state()
+
+    @property
+    def mixed_precision(self) -> PrecisionType:
+        """The mixed-precision mode."""
+        return self._shared_state["mixed_precision"]  # type: ignore[no-any-return]
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The job's distributed mode (plugins passed here take precedence over the launcher)."""
+        if self._shared_state.get("deepspeed_plugin") is not None:
+            return DistributedType.DEEPSPEED
+        if self._shared_state.get("fsdp_plugin") is not None:
+            return DistributedType.FSDP
+        return self.partial.distributed_type
+
+    @property
+    def partial(self) -> PartialState:
+        """The underlying :class:`PartialState`."""
+        return self._shared_state["partial"]  # type: ignore[no-any-return]
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process."""
+        return self.partial.device
+
+    def __getattr__(self, name: str) -> Any:
+        partial = self.__dict__.get("partial")
+        if partial is None:
+            raise AttributeError(name)
+        return getattr(partial, name)
+
+    def __repr__(self) -> str:
+        return f"{self.partial!r}Mixed precision type: {self.mixed_precision.value}\n"

@@ -1,0 +1,50 @@
+"""Model-wrapping strategies, chosen by distributed type from a registry (not an if-chain).
+
+A later strategy (DeepSpeed, FSDP) registers itself with :func:`register_strategy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from accel.errors import UnsupportedFeatureError
+from accel.strategies.base import ModelStrategy
+from accel.strategies.ddp import DDPStrategy
+from accel.strategies.xla import XLAStrategy
+from accel_state import DistributedType, PartialState
+
+StrategyFactory = Callable[..., ModelStrategy]
+
+_STRATEGIES: dict[DistributedType, StrategyFactory] = {
+    DistributedType.NO: ModelStrategy,
+    DistributedType.MULTI_CPU: DDPStrategy,
+    DistributedType.MULTI_GPU: DDPStrategy,
+    DistributedType.MULTI_XPU: DDPStrategy,
+    DistributedType.XLA: XLAStrategy,
+}
+
+
+def register_strategy(distributed_type: DistributedType, factory: StrategyFactory) -> None:
+    """Make ``factory(state, **settings)`` the strategy for ``distributed_type``."""
+    _STRATEGIES[distributed_type] = factory
+
+
+def make_strategy(
+    distributed_type: DistributedType, state: PartialState, **settings: Any
+) -> ModelStrategy:
+    """Build the strategy for ``distributed_type``.
+
+    Raises:
+        UnsupportedFeatureError: No strategy is registered for that type yet.
+    """
+    factory = _STRATEGIES.get(distributed_type)
+    if factory is None:
+        raise UnsupportedFeatureError(
+            f"distributed_type={distributed_type.value} has no model strategy in this version of accel "
+            f"(available: {', '.join(sorted(t.value for t in _STRATEGIES))})."
+        )
+    return factory(state, **settings)
+
+
+__all__ = ["DDPStrategy", "ModelStrategy", "XLAStrategy", "make_strategy", "register_strategy"]

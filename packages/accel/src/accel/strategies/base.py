@@ -1,0 +1,45 @@
+"""The interface every model-wrapping strategy implements, and the single-process default."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from accel_state import PartialState
+
+
+class ModelStrategy:
+    """How models are wrapped, synchronised and stepped for one distributed mode.
+
+    The base class is the single-process behaviour: nothing wrapped, nothing synchronised.
+    """
+
+    name = "single process"
+
+    def __init__(self, state: PartialState, **settings: Any) -> None:
+        self.state = state
+        self.settings = settings
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Wrap a model that is already on its device."""
+        return model
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        """Return the module inside this strategy's wrapper, or ``None`` if ``model`` is not one."""
+        return None
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Context manager in which backward passes do not synchronise gradients."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Run the backward pass of an already scaled loss."""
+        loss.backward(**kwargs)
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook before each real optimizer step (XLA reduces gradients here)."""
+
+    def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook before gradients are clipped: they must be complete (XLA reduces them here)."""

@@ -1,0 +1,47 @@
+"""XLA devices (TPU, or XLA on CPU/GPU): gradients are all-reduced before each optimizer step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from accel.strategies.base import ModelStrategy
+from accel_state import PartialState
+
+
+class XLAStrategy(ModelStrategy):
+    """No wrapper; the master weights are broadcast once and gradients reduced before each step."""
+
+    name = "XLA"
+
+    def __init__(self, state: PartialState, **settings: Any) -> None:
+        super().__init__(state, **settings)
+        self._already_reduced: set[int] = set()
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Broadcast rank 0's parameters so every replica starts equal."""
+        if self.state.use_distributed:
+            import torch_xla.core.xla_model as xm
+
+            xm.broadcast_master_param(model)
+        return model
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """All-reduce (average) the gradients across replicas, unless clipping already did."""
+        if id(optimizer) in self._already_reduced:
+            self._already_reduced.discard(id(optimizer))
+            return
+        self._reduce(optimizer)
+
+    def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
+        """Reduce before clipping so the norm is the global one; the step then skips it."""
+        if id(optimizer) not in self._already_reduced:
+            self._reduce(optimizer)
+            self._already_reduced.add(id(optimizer))
+
+    def _reduce(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.state.use_distributed:
+            import torch_xla.core.xla_model as xm
+
+            xm.reduce_gradients(optimizer)

@@ -1,0 +1,242 @@
+"""Single-process behaviour of the Accelerator: arguments, prepare, accumulation, helpers."""
+
+import datetime
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from accel import (
+    AcceleratedOptimizer,
+    AcceleratedScheduler,
+    Accelerator,
+    AcceleratorConfigError,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    DistributedType,
+    GradientAccumulationPlugin,
+    InitProcessGroupKwargs,
+    UnsupportedFeatureError,
+)
+
+
+def _objects():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    loader = DataLoader(torch.arange(18, dtype=torch.float32).reshape(6, 3), batch_size=2)
+    return model, optimizer, scheduler, loader
+
+
+def test_single_process_properties():
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.distributed_type is DistributedType.NO
+    assert (
+        accelerator.num_processes,
+        accelerator.process_index,
+        accelerator.local_process_index,
+    ) == (1, 0, 0)
+    assert (
+        accelerator.is_main_process
+        and accelerator.is_local_main_process
+        and accelerator.is_last_process
+    )
+    assert not accelerator.use_distributed
+    assert accelerator.device == torch.device("cpu")
+    assert accelerator.mixed_precision == "no"
+    assert accelerator.sync_gradients
+    assert accelerator.gradient_accumulation_steps == 1
+    assert not accelerator.optimizer_step_was_skipped
+
+
+def test_prepare_keeps_order_types_and_never_wraps_twice():
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler, loader = _objects()
+    prepared = accelerator.prepare(loader, scheduler, "untouched", optimizer, model)
+    p_loader, p_scheduler, text, p_optimizer, p_model = prepared
+    assert text == "untouched"
+    assert isinstance(p_optimizer, AcceleratedOptimizer) and p_optimizer.optimizer is optimizer
+    assert isinstance(p_scheduler, AcceleratedScheduler) and p_scheduler.optimizers == [p_optimizer]
+    assert isinstance(p_model, torch.nn.Module)
+    assert len(p_loader) == 3
+    assert accelerator.prepare(model) is p_model
+    assert accelerator.prepare(p_model) is p_model
+    assert accelerator.prepare(optimizer) is p_optimizer
+    assert accelerator.prepare(p_optimizer) is p_optimizer
+    assert accelerator.prepare(loader) is p_loader
+    assert accelerator.prepare(model) is accelerator.prepare(model)
+
+
+def test_device_placement_list_must_match():
+    accelerator = Accelerator(cpu=True)
+    model, *_ = _objects()
+    with pytest.raises(Exception, match="device_placement has 2 entries for 1 objects"):
+        accelerator.prepare(model, device_placement=[True, False])
+
+
+def test_accumulation_steps_and_dataloader_end():
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=4)
+    model, optimizer, _, loader = _objects()
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    syncs = []
+    for _ in range(2):
+        for batch in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(model(batch).sum())
+                optimizer.step()
+                optimizer.zero_grad()
+                syncs.append(accelerator.sync_gradients)
+    # 3 batches per epoch with 4 accumulation steps: the end of each epoch forces a sync.
+    assert syncs == [False, False, True, False, False, True]
+
+
+def test_backward_divides_by_accumulation_steps():
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=4)
+    model = accelerator.prepare(torch.nn.Linear(1, 1, bias=False))
+    accelerator.backward(model(torch.ones(1, 1)).sum())
+    assert model.weight.grad.item() == pytest.approx(0.25)
+
+
+def test_zero_grad_and_step_do_nothing_on_micro_steps():
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model, optimizer, _, _ = _objects()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    before = model.weight.detach().clone()
+    with accelerator.accumulate(model):
+        accelerator.backward(model(torch.ones(1, 3)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+    assert torch.equal(model.weight, before)
+    assert model.weight.grad is not None
+    with accelerator.accumulate(model):
+        accelerator.backward(model(torch.ones(1, 3)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not torch.equal(model.weight, before)
+    assert model.weight.grad is None
+
+
+def test_scheduler_steps_num_processes_times_only_with_real_steps():
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model, optimizer, scheduler, _ = _objects()
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    for _ in range(4):
+        with accelerator.accumulate(model):
+            accelerator.backward(model(torch.ones(1, 3)).sum())
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    assert scheduler.scheduler.last_epoch == 2
+    assert scheduler.get_last_lr() == [pytest.approx(0.1 / 3)]
+
+
+def test_clip_grad_on_micro_steps_is_deferred():
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = accelerator.prepare(torch.nn.Linear(3, 1))
+    with accelerator.accumulate(model):
+        accelerator.backward(model(torch.ones(1, 3)).sum() * 100)
+        assert accelerator.clip_grad_norm_(model.parameters(), 1.0) is None
+    with accelerator.accumulate(model):
+        accelerator.backward(model(torch.ones(1, 3)).sum() * 100)
+        norm = accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    assert norm.item() > 1.0
+    clipped = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters()))
+    assert clipped.item() == pytest.approx(1.0, rel=1e-4)
+    accelerator.clip_grad_value_(model.parameters(), 0.01)
+    assert all(p.grad.abs().max() <= 0.01 for p in model.parameters())
+
+
+def test_argument_conflicts_are_errors():
+    with pytest.raises(
+        AcceleratorConfigError, match="gradient_accumulation_plugin were both given"
+    ):
+        Accelerator(
+            cpu=True,
+            gradient_accumulation_steps=2,
+            gradient_accumulation_plugin=GradientAccumulationPlugin(3),
+        )
+    with pytest.raises(AcceleratorConfigError, match="split_batches=True contradicts"):
+        Accelerator(
+            cpu=True,
+            split_batches=True,
+            dataloader_config=DataLoaderConfiguration(split_batches=False),
+        )
+    with pytest.raises(AcceleratorConfigError, match="two DistributedDataParallelKwargs"):
+        Accelerator(
+            cpu=True,
+            kwargs_handlers=[DistributedDataParallelKwargs(), DistributedDataParallelKwargs()],
+        )
+    with pytest.raises(AcceleratorConfigError, match="accepted"):
+        Accelerator(cpu=True, kwargs_handlers=["not a handler"])
+    with pytest.raises(AcceleratorConfigError, match="must be an integer >= 1"):
+        GradientAccumulationPlugin(num_steps=0)
+    with pytest.raises(AcceleratorConfigError, match="not a known tracker"):
+        Accelerator(cpu=True, log_with="no-such-tracker")
+
+
+def test_split_batches_argument_and_config_agree():
+    accelerator = Accelerator(cpu=True, split_batches=True)
+    assert accelerator.split_batches and accelerator.dataloader_config.split_batches
+    from accel_state import reset_state
+
+    reset_state()
+    accelerator = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True)
+    )
+    assert accelerator.split_batches
+
+
+def test_second_accelerator_with_other_precision_is_an_error():
+    Accelerator(cpu=True, mixed_precision="bf16")
+    with pytest.raises(AcceleratorConfigError, match="cannot be honoured"):
+        Accelerator(cpu=True, mixed_precision="no")
+
+
+def test_kwargs_handlers_only_report_changes():
+    assert DistributedDataParallelKwargs(find_unused_parameters=True).to_kwargs() == {
+        "find_unused_parameters": True
+    }
+    handler = InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=5))
+    assert handler.to_kwargs() == {"timeout": datetime.timedelta(seconds=5)}
+
+
+def test_launcher_accumulation_steps_unless_explicit(monkeypatch):
+    monkeypatch.setenv("ACCEL_GRADIENT_ACCUMULATION_STEPS", "3")
+    assert Accelerator(cpu=True).gradient_accumulation_steps == 3
+    from accel_state import reset_state
+
+    reset_state()
+    assert Accelerator(cpu=True, gradient_accumulation_steps=5).gradient_accumulation_steps == 5
+
+
+def test_launcher_fsdp_without_a_strategy_is_refused(monkeypatch):
+    monkeypatch.setenv("ACCEL_USE_FSDP", "1")
+    with pytest.raises(
+        UnsupportedFeatureError, match="distributed_type=FSDP has no model strategy"
+    ):
+        Accelerator(cpu=True)
+
+
+def test_unwrap_through_compile():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    compiled = torch.compile(model, backend="eager")
+    assert accelerator.unwrap_model(compiled) is model
+
+
+def test_process_helpers_in_one_process(capsys):
+    accelerator = Accelerator(cpu=True)
+    accelerator.print("once")
+    assert capsys.readouterr().out == "once\n"
+    assert accelerator.on_main_process(lambda: 1)() == 1
+    with accelerator.split_between_processes([1, 2, 3]) as share:
+        assert share == [1, 2, 3]
+    with accelerator.main_process_first():
+        accelerator.wait_for_everyone()
+    assert accelerator.gather(torch.tensor([1, 2])).tolist() == [1, 2]
+    assert accelerator.reduce(torch.tensor([3.0])).tolist() == [3.0]
+    model, optimizer, _, _ = _objects()
+    accelerator.prepare(model, optimizer)
+    assert accelerator.free_memory(model, optimizer) == [None, None]
+    assert accelerator._models == [] and accelerator._optimizers == []

@@ -1,0 +1,95 @@
+"""Training functions run inside spawned worker processes (importable by module name)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from accel import Accelerator
+
+FEATURES = 4
+
+
+class IndexedRegression(Dataset):
+    """``n`` fixed samples ``(x, y, index)`` of a noisy linear target."""
+
+    def __init__(self, n: int) -> None:
+        generator = torch.Generator().manual_seed(1234)
+        self.x = torch.randn(n, FEATURES, generator=generator)
+        self.y = self.x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1 * torch.randn(
+            n, generator=generator
+        )
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return self.x[index], self.y[index], index
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(FEATURES, 1)
+
+
+def train_with_accumulation(n: int, batch_size: int, accumulation: int, lr: float) -> dict:
+    """Train and record, per optimizer step, the samples this rank saw and the weights after it."""
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(IndexedRegression(n), batch_size=batch_size, shuffle=False)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    steps: list[dict] = []
+    seen: list[int] = []
+    violations: list[str] = []
+    for x, y, index in loader:
+        with accelerator.accumulate(model):
+            before = [p.detach().clone() for p in model.parameters()]
+            loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+            accelerator.backward(loss)
+            seen.extend(index.tolist())
+            optimizer.step()
+            optimizer.zero_grad()
+            after = [p.detach().clone() for p in model.parameters()]
+            if accelerator.sync_gradients:
+                steps.append(
+                    {"indices": list(seen), "weights": [t.double().tolist() for t in after]}
+                )
+                seen = []
+            elif any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+                violations.append("parameters changed on a non-sync micro-step")
+    final = [p.detach().clone() for p in accelerator.unwrap_model(model).parameters()]
+    return {
+        "steps": steps,
+        "final": [t.tolist() for t in final],
+        "violations": violations,
+        "num_processes": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type),
+    }
+
+
+def local_gradients_on_non_sync_steps() -> dict:
+    """On a non-sync micro-step DDP must not all-reduce: each rank keeps its own gradient."""
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    model = accelerator.prepare(make_model())
+    rank = accelerator.process_index
+    x = torch.full((2, FEATURES), float(rank + 1))
+    with accelerator.accumulate(model):  # step 1 of 2: no sync
+        accelerator.backward(model(x).sum())
+        unsynced = [p.grad.clone().tolist() for p in model.parameters()]
+    with accelerator.accumulate(model):  # step 2 of 2: sync
+        accelerator.backward(model(x).sum())
+        synced = [p.grad.clone().tolist() for p in model.parameters()]
+    return {"unsynced": unsynced, "synced": synced}
+
+
+def gather_for_metrics_run(n: int, batch_size: int, as_objects: bool) -> list:
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(list(range(n)), batch_size=batch_size))
+    collected: list = []
+    for batch in loader:
+        if as_objects:
+            collected.extend(accelerator.gather_for_metrics([f"s{i}" for i in batch.tolist()]))
+        else:
+            collected.extend(accelerator.gather_for_metrics({"i": batch})["i"].tolist())
+    return collected

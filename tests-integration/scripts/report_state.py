@@ -1,0 +1,15 @@
+"""Print what the Accelerator sees: process count, distributed type, precision, accumulation."""
+
+import torch
+
+from accel import Accelerator
+
+accelerator = Accelerator()
+total = accelerator.reduce(torch.tensor([float(accelerator.process_index)]), reduction="sum")
+print(
+    f"STATE rank={accelerator.process_index} num={accelerator.num_processes} "
+    f"type={accelerator.distributed_type} precision={accelerator.mixed_precision} "
+    f"accumulation={accelerator.gradient_accumulation_steps} sum={total.item():.0f}",
+    flush=True,
+)
+accelerator.end_training()
