@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from launch_helpers import SCRIPTS, accel_cmd, clean_env, read_pids, run, wait_dead
+from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, read_pids, run, wait_dead
 
 from accel_state.contract import MIXED_PRECISION, USE_CPU
 from accel_state.testing import find_free_port
@@ -326,3 +326,36 @@ def test_signal_while_waiting_for_other_machines_ends_the_launcher(tmp_path, sig
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == -signum
     assert read_pids(tmp_path) == []
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_workers_die_when_the_launcher_is_killed_with_sigkill(tmp_path, processes):
+    # torch's elastic agent puts each worker in a session of its own; without the parent-death
+    # guard a SIGKILLed launcher (no cleanup possible) would leave them running.
+    proc = subprocess.Popen(
+        accel_cmd(
+            "launch",
+            "--cpu",
+            "--num_processes",
+            processes,
+            str(SCRIPTS / "sleep_worker.py"),
+            str(tmp_path),
+        ),
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_pids(tmp_path)) < int(processes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = read_pids(tmp_path)
+        assert len(pids) == int(processes)
+        proc.kill()  # the launcher only, not its process group
+        proc.wait(timeout=10)
+        assert wait_dead(pids, 10) == []
+    finally:
+        for pid in read_pids(tmp_path):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

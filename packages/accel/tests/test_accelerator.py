@@ -240,3 +240,19 @@ def test_process_helpers_in_one_process(capsys):
     accelerator.prepare(model, optimizer)
     assert accelerator.free_memory(model, optimizer) == [None, None]
     assert accelerator._models == [] and accelerator._optimizers == []
+
+
+def test_a_new_object_reusing_a_dead_objects_id_is_prepared_afresh():
+    # Rebinding `loader = accelerator.prepare(loader)` frees the original; a scheduler created
+    # afterwards may get the same id and must still become a scheduler, not the old loader.
+    import gc
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, _, _ = _objects()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for _ in range(50):
+        loader = accelerator.prepare(DataLoader(list(range(8)), batch_size=2))
+        gc.collect()
+        scheduler = accelerator.prepare(torch.optim.lr_scheduler.StepLR(optimizer, step_size=1))
+        assert isinstance(scheduler, AcceleratedScheduler), type(scheduler)
+        assert len(loader) == 4

@@ -162,7 +162,7 @@ class Accelerator(CheckpointingMixin):
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
-        self._prepared_ids: dict[int, Any] = {}
+        self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=self.unwrap_model)
 
     # ------------------------------------------------------------------ facts about the job
@@ -301,11 +301,13 @@ class Accelerator(CheckpointingMixin):
         return result[0] if len(result) == 1 else tuple(result)
 
     def _already_prepared(self, obj: Any) -> Any:
-        return self._prepared_ids.get(id(obj))
+        entry = self._prepared_ids.get(id(obj))
+        # The entry holds the object itself, so its id cannot be reused while it is recorded.
+        return entry[1] if entry is not None and entry[0] is obj else None
 
     def _remember(self, original: Any, prepared: Any) -> Any:
-        self._prepared_ids[id(original)] = prepared
-        self._prepared_ids[id(prepared)] = prepared
+        self._prepared_ids[id(original)] = (original, prepared)
+        self._prepared_ids[id(prepared)] = (prepared, prepared)
         return prepared
 
     def prepare_model(

@@ -20,6 +20,7 @@ from typing import Any
 
 from accel_launch.plan import LaunchPlan
 from accel_launch.runners.environ import extended_environ
+from accel_launch.runners.guard import guarded
 
 _ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 
@@ -137,7 +138,7 @@ def run_elastic(plan: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    command = plan.python_command()
+    command = guarded(plan.python_command())
     if not plan.quiet:
         where = (
             f" on machine {plan.machine_rank} of {plan.num_machines}"

@@ -16,15 +16,9 @@ import threading
 from types import FrameType
 
 from accel_launch.plan import LaunchPlan
+from accel_launch.runners.guard import guarded
 
 _FORWARDED = ("SIGTERM", "SIGHUP")
-
-
-def _command(plan: LaunchPlan) -> list[str]:
-    if plan.no_python:
-        return [plan.target, *plan.target_args]
-    module = ["-m"] if plan.module else []
-    return [sys.executable, *module, plan.target, *plan.target_args]
 
 
 def run_single(plan: LaunchPlan) -> int:
@@ -50,7 +44,9 @@ def run_single(plan: LaunchPlan) -> int:
                 previous[number] = signal.signal(number, forward)
     try:
         try:
-            children.append(subprocess.Popen(_command(plan), env={**os.environ, **plan.env}))
+            children.append(
+                subprocess.Popen(guarded(plan.python_command()), env={**os.environ, **plan.env})
+            )
         except OSError as error:
             print(f"accel launch: cannot start {plan.target!r}: {error.strerror}", file=sys.stderr)
             return 127
