@@ -160,13 +160,16 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
-def bench(session: nox.Session) -> None:
+@nox.parametrize("accelerate", [False, True])
+def bench(session: nox.Session, accelerate: bool) -> None:
     """Run every benchmark in benchmarks/ and write benchmarks/RESULTS.md.
 
     Each benchmark measures its raw-PyTorch baseline in the same run and prints markdown tables
-    of ratios; this session adds the machine, the date and the command.
+    of ratios; this session adds the machine, the date and the command. With
+    ``accelerate=True`` Hugging Face Accelerate is installed too and benchmarks that support it
+    show its figures beside ours.
     """
-    install_packages(session, "cpu", PACKAGES)
+    install_packages(session, "cpu", PACKAGES, *(["accelerate"] if accelerate else []))
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
     sections = []
     for script in scripts:

@@ -1,8 +1,10 @@
 """Accelerator training loop vs hand-written DDP + DistributedSampler, 2 gloo processes.
 
 Both loops train the same MLP on the same data in the same processes, alternating raw (A) and
-Accelerator (B) epochs; we report the median wall and CPU time per step and their ratio. Then
-the import cost: ``python -c "from accel import Accelerator"`` vs ``python -c "import torch"``.
+Accelerator (B) epochs; we report the median wall and CPU time per step and their ratio. When
+Hugging Face Accelerate is installed, its Accelerator runs the same loop as a third alternating
+variant (C). Then the import cost: ``python -c "from accel import Accelerator"`` vs
+``python -c "import torch"``.
 
 Run: ``python benchmarks/bench_accelerator.py [--pairs 7] [--samples 4096]``.
 """
@@ -97,25 +99,35 @@ def accel_epoch(
     return result
 
 
+def accelerate_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("accelerate") is not None
+
+
 def worker(pairs: int, samples: int) -> dict[str, list[float]]:
     PartialState()
     accelerator = Accelerator()
     data = make_data(samples)
-    timings: dict[str, list[float]] = {
-        "raw_wall": [],
-        "raw_cpu": [],
-        "accel_wall": [],
-        "accel_cpu": [],
+    variants = {
+        "raw": lambda epoch: raw_epoch(data, epoch),
+        "accel": lambda epoch: accel_epoch(accelerator, data, epoch),
     }
-    raw_epoch(data, 0)  # warm-up both paths
-    accel_epoch(accelerator, data, 0)
+    if accelerate_available():
+        import accelerate
+
+        # Accelerate adopts the process group that accel started; same loop, its own prepare.
+        theirs = accelerate.Accelerator()
+        variants["accelerate"] = lambda epoch: accel_epoch(theirs, data, epoch)  # type: ignore[arg-type]
+    timings: dict[str, list[float]] = {
+        f"{name}_{kind}": [] for name in variants for kind in ("wall", "cpu")
+    }
+    for run in variants.values():  # warm-up every path
+        run(0)
     for pair in range(pairs):
-        for name in ("raw", "accel"):
+        for name, run in variants.items():
             dist.barrier()
-            if name == "raw":
-                wall, cpu, steps = raw_epoch(data, pair)
-            else:
-                wall, cpu, steps = accel_epoch(accelerator, data, pair)
+            wall, cpu, steps = run(pair)
             timings[f"{name}_wall"].append(wall / steps)
             timings[f"{name}_cpu"].append(cpu / steps)
     return timings
@@ -134,13 +146,21 @@ def main() -> None:
     args = parser.parse_args()
     results = spawn_workers(worker, 2, args=(args.pairs, args.samples), timeout=900)
     rank0 = results[0]
-    print(f"## Accelerator vs raw DDP, 2 gloo processes, {args.pairs} alternating pairs, medians")
-    print("| metric | raw DDP | Accelerator | ratio |")
-    print("| --- | --- | --- | --- |")
+    print(f"## Accelerator vs raw DDP, 2 gloo processes, {args.pairs} alternating rounds, medians")
+    with_accelerate = "accelerate_wall" in rank0
+    extra_head = " | Accelerate | Accelerate / raw" if with_accelerate else ""
+    print(f"| metric | raw DDP | accel | accel / raw{extra_head} |")
+    print("| --- | --- | --- | ---" + (" | --- | ---" if with_accelerate else "") + " |")
     for kind in ("wall", "cpu"):
         raw = statistics.median(rank0[f"raw_{kind}"])
         ours = statistics.median(rank0[f"accel_{kind}"])
-        print(f"| {kind} per step | {raw * 1e3:.3f} ms | {ours * 1e3:.3f} ms | {ours / raw:.3f} |")
+        row = f"| {kind} per step | {raw * 1e3:.3f} ms | {ours * 1e3:.3f} ms | {ours / raw:.3f}"
+        if with_accelerate:
+            theirs = statistics.median(rank0[f"accelerate_{kind}"])
+            row += f" | {theirs * 1e3:.3f} ms | {theirs / raw:.3f}"
+        print(row + " |")
+    if not with_accelerate:
+        print('\n(Accelerate is not installed here; `nox -s "bench(accelerate=True)"` adds it.)')
     torch_times, accel_times, lazy_times = [], [], []
     for _ in range(5):
         torch_times.append(import_seconds("import torch"))

@@ -7,7 +7,7 @@ from accel_state.testing import run_torchrun
 
 SCRIPT = textwrap.dedent(
     """
-    import json, torch
+    import json, sys, torch
     from torch.utils.data import DataLoader, TensorDataset
     from accel import Accelerator
 
@@ -26,13 +26,14 @@ SCRIPT = textwrap.dedent(
         optimizer.zero_grad()
         batches += 1
     weights = [round(v, 6) for v in accelerator.unwrap_model(model).weight.flatten().tolist()]
-    print("RESULT " + json.dumps({
+    sys.stdout.write("RESULT " + json.dumps({
         "rank": accelerator.process_index,
         "num_processes": accelerator.num_processes,
         "type": str(accelerator.distributed_type),
         "batches": batches,
         "weights": weights,
-    }), flush=True)
+    }) + "\\n")  # one write per line: print's separate newline lets ranks interleave
+    sys.stdout.flush()
     accelerator.end_training()
     """
 )

@@ -79,19 +79,17 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-class JSONLinesTracker(GeneralTracker):
-    """Writes ``<logging_dir>/<run_name>/metrics.jsonl`` and ``config.json``.
+class _MetricsFileTracker(GeneralTracker):
+    """A tracker appending to ``<logging_dir>/<run_name>/<filename>``, with ``config.json`` beside it."""
 
-    One JSON object per ``log`` call; needs nothing beyond the standard library.
-    """
-
-    name = "jsonl"
     requires_logging_directory = True
+    filename = "metrics"
 
     def __init__(self, run_name: str, logging_dir: str | Path) -> None:
         self.directory = _run_directory(logging_dir, run_name)
-        self.path = self.directory / "metrics.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        self.path = self.directory / self.filename
+        self.new_file = not self.path.exists()
+        self._file = self.path.open("a", newline="", encoding="utf-8")
 
     @property
     def tracker(self) -> Any:
@@ -99,10 +97,24 @@ class JSONLinesTracker(GeneralTracker):
         return self._file
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
-        """Write ``config.json``."""
+        """Write ``config.json`` beside the metrics."""
         (self.directory / "config.json").write_text(
             json.dumps(_plain(dict(values)), indent=2, sort_keys=True)
         )
+
+    def finish(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+class JSONLinesTracker(_MetricsFileTracker):
+    """Writes ``<logging_dir>/<run_name>/metrics.jsonl`` and ``config.json``.
+
+    One JSON object per ``log`` call; needs nothing beyond the standard library.
+    """
+
+    name = "jsonl"
+    filename = "metrics.jsonl"
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Append one JSON object with ``step``, ``time`` and the values."""
@@ -110,36 +122,18 @@ class JSONLinesTracker(GeneralTracker):
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
-    def finish(self) -> None:
-        """Close the file."""
-        self._file.close()
 
-
-class CSVTracker(GeneralTracker):
+class CSVTracker(_MetricsFileTracker):
     """Writes ``<logging_dir>/<run_name>/metrics.csv`` in long form: ``step,name,value,time``."""
 
     name = "csv"
-    requires_logging_directory = True
+    filename = "metrics.csv"
 
     def __init__(self, run_name: str, logging_dir: str | Path) -> None:
-        self.directory = _run_directory(logging_dir, run_name)
-        self.path = self.directory / "metrics.csv"
-        new_file = not self.path.exists()
-        self._file = self.path.open("a", newline="", encoding="utf-8")
+        super().__init__(run_name, logging_dir)
         self._writer = csv.writer(self._file)
-        if new_file:
+        if self.new_file:
             self._writer.writerow(["step", "name", "value", "time"])
-
-    @property
-    def tracker(self) -> Any:
-        """The open CSV file."""
-        return self._file
-
-    def store_init_configuration(self, values: Mapping[str, Any]) -> None:
-        """Write ``config.json`` beside the CSV."""
-        (self.directory / "config.json").write_text(
-            json.dumps(_plain(dict(values)), indent=2, sort_keys=True)
-        )
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Append one row per value."""
@@ -147,10 +141,6 @@ class CSVTracker(GeneralTracker):
         for name, value in _plain(dict(values)).items():
             self._writer.writerow(["" if step is None else step, name, value, now])
         self._file.flush()
-
-    def finish(self) -> None:
-        """Close the file."""
-        self._file.close()
 
 
 class TensorBoardTracker(GeneralTracker):

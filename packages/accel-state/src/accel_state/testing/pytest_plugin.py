@@ -1,12 +1,15 @@
 """pytest plugin: the ``cuda`` and ``xla`` markers, skipped with a reason when the hardware is absent.
 
 Enable with ``-p accel_state.testing.pytest_plugin``. ``@pytest.mark.cuda`` needs one GPU;
-``@pytest.mark.cuda(min_gpus=2)`` needs two. ``@pytest.mark.xla`` needs torch_xla.
+``@pytest.mark.cuda(min_gpus=2)`` needs two. ``@pytest.mark.xla`` needs torch_xla. The
+``single_process_state`` fixture runs a test as a plain process with fresh accel state.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,3 +40,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(reason)
     if item.get_closest_marker("xla") is not None and importlib.util.find_spec("torch_xla") is None:
         pytest.skip("needs torch_xla (run the xla leg: nox -s tests(package=..., backend='xla'))")
+
+
+#: Variables through which a launcher tells a process its place in a job.
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMI_RANK",
+    "PJRT_DEVICE",
+)
+
+
+@pytest.fixture
+def single_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run the test as a plain single process: no launcher or ``ACCEL_*`` variables, fresh state."""
+    from accel_state.shared import reset_state
+
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("ACCEL_"):
+            monkeypatch.delenv(name)
+    reset_state()
+    yield
+    reset_state()
