@@ -406,7 +406,9 @@ class Accelerator(CheckpointingMixin):
     # ------------------------------------------------------------------ training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Use instead of ``loss.backward()``: divides by the accumulation steps, scales under fp16."""
-        loss = loss / self.gradient_accumulation_steps
+        steps = self.gradient_accumulation_steps
+        if steps != 1:  # no extra autograd node in the common case
+            loss = loss / steps
         self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
 
     def _do_sync(self) -> None:

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from accel_state.envvars import patch_environment
 from accel_state.errors import AccelStateError
 from accel_state.testing.ports import find_free_port
 
@@ -85,7 +86,10 @@ def spawn_workers(
         process = context.Process(
             target=_worker_main, args=(function, args, rank, environ, results), daemon=False
         )
-        process.start()
+        # The child inherits the environment at start, before it imports anything (torch reads
+        # OMP_NUM_THREADS when it is imported, which happens before _worker_main runs).
+        with patch_environment(**environ):
+            process.start()
         processes.append(process)
     deadline = time.monotonic() + timeout
     values: dict[int, Any] = {}
