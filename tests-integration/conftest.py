@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from accel_state.testing import find_free_port
+from accel_state.testing.environ import without_launcher_variables
 
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
@@ -27,16 +28,7 @@ def accel_command() -> list[str]:
 @pytest.fixture
 def clean_env(tmp_path):
     """Environment for launched jobs: no user config file, one thread per process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    for name in (
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    ):
-        env.pop(name, None)
+    env = without_launcher_variables(os.environ)
     env.update(HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env
 

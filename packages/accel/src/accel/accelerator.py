@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -29,6 +28,7 @@ from accel.scheduler import AcceleratedScheduler
 from accel.state import AcceleratorState
 from accel.strategies import make_strategy
 from accel.tracking import BUILT_IN_TRACKERS, GeneralTracker, resolve_trackers
+from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
 from accel_state import DistributedType, GradientState, reset_state
@@ -597,12 +597,7 @@ class Accelerator(CheckpointingMixin):
         self._dataloaders.clear()
         self._prepared_ids.clear()
         self.step = 0
-        released: list[Any] = [None] * len(objects)
-        del objects
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        return released
+        return release_memory(*objects)
 
     def clear(self, *objects: Any) -> list[Any]:
         """Alias of :meth:`free_memory`."""

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from accel_state.testing.environ import without_launcher_variables
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers."""
@@ -42,34 +44,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("needs torch_xla (run the xla leg: nox -s tests(package=..., backend='xla'))")
 
 
-#: Variables through which a launcher tells a process its place in a job.
-LAUNCHER_VARIABLES = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "GROUP_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_SIZE",
-    "PMI_RANK",
-    "PJRT_DEVICE",
-)
-
-
 @pytest.fixture
 def single_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Run the test as a plain single process: no launcher or ``ACCEL_*`` variables, fresh state."""
     from accel_state.shared import reset_state
 
-    for name in LAUNCHER_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    keep = without_launcher_variables(os.environ)
     for name in list(os.environ):
-        if name.startswith("ACCEL_"):
+        if name not in keep:
             monkeypatch.delenv(name)
     reset_state()
     yield

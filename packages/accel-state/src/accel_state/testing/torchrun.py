@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from accel_state.testing.environ import without_launcher_variables
 from accel_state.testing.ports import find_free_port
 
 
@@ -27,16 +28,11 @@ def run_torchrun(
         cwd: Working directory.
 
     """
-    environ = {**os.environ, "OMP_NUM_THREADS": "1", **(dict(env) if env else {})}
-    for name in (
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    ):
-        environ.pop(name, None)
+    environ = {
+        **without_launcher_variables(os.environ, drop_accel=False),
+        "OMP_NUM_THREADS": "1",
+        **(dict(env) if env else {}),
+    }
     command = [
         sys.executable,
         "-m",
