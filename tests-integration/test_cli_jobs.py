@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -102,7 +103,39 @@ def test_config_file_in_the_seed_format(tmp_path, clean_env):
     ]
 
 
-def test_two_machines_on_localhost_form_one_job(clean_env):
+def _wait_for_machines(
+    machines: list[subprocess.Popen[bytes]], logs: list[tuple[Path, Path]], timeout: float
+) -> None:
+    """Wait for every launcher; fail at once, with its stderr, when one of them fails.
+
+    A machine whose workers finished waits in the elastic agent's exit barrier (up to 300 s) for
+    the others, so a failure elsewhere has to be noticed here rather than by waiting in order.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            codes = [machine.poll() for machine in machines]
+            for index, code in enumerate(codes):
+                if code not in (None, 0):
+                    pytest.fail(
+                        f"machine {index} exited with {code}:\n"
+                        + logs[index][1].read_text()[-3000:]
+                    )
+            if all(code == 0 for code in codes):
+                return
+            time.sleep(0.2)
+        pytest.fail(
+            f"the two machines did not finish within {timeout} s; stderr of machine 0:\n"
+            + logs[0][1].read_text()[-2000:]
+        )
+    finally:
+        for machine in machines:
+            if machine.poll() is None:
+                os.killpg(machine.pid, signal.SIGKILL)
+                machine.wait()
+
+
+def test_two_machines_on_localhost_form_one_job(clean_env, tmp_path):
     port = str(find_free_port())
     common = [
         "launch",
@@ -116,33 +149,27 @@ def test_two_machines_on_localhost_form_one_job(clean_env):
         "--main_process_port",
         port,
     ]
-    machines = [
-        subprocess.Popen(
-            [
-                *accel_command(),
-                *common,
-                "--machine_rank",
-                str(rank),
-                str(SCRIPTS / "report_state.py"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env,
-            start_new_session=True,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = []
-    try:
-        for machine in machines:
-            stdout, stderr = machine.communicate(timeout=240)
-            outputs.append(stdout)
-            assert machine.returncode == 0, stderr[-3000:]
-    finally:
-        for machine in machines:
-            if machine.poll() is None:
-                machine.kill()
+    logs = [(tmp_path / f"machine{rank}.out", tmp_path / f"machine{rank}.err") for rank in (0, 1)]
+    machines = []
+    for rank, (out, err) in enumerate(logs):
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            machines.append(
+                subprocess.Popen(
+                    [
+                        *accel_command(),
+                        *common,
+                        "--machine_rank",
+                        str(rank),
+                        str(SCRIPTS / "report_state.py"),
+                    ],
+                    stdout=stdout,
+                    stderr=stderr,
+                    env=clean_env,
+                    start_new_session=True,
+                )
+            )
+    _wait_for_machines(machines, logs, timeout=240)
+    outputs = [out.read_text() for out, _ in logs]
     states = sorted(line for out in outputs for line in marked_lines(out, "STATE"))
     assert [line.split()[0] for line in states] == ["rank=0", "rank=1", "rank=2", "rank=3"]
     assert all("num=4 type=MULTI_CPU" in line and "sum=6" in line for line in states)

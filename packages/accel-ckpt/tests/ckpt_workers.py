@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import gc
 import random
+import weakref
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from ckpt_helpers import LoaderState, fresh_setup, rng_draws, same, snapshot, train, training_setup
 from torch.nn.parallel import DistributedDataParallel
 
@@ -20,7 +23,8 @@ from accel_ckpt import (
     save_model,
     save_state,
 )
-from accel_state import PartialState
+from accel_ckpt._coordination import _checkpoint_group
+from accel_state import PartialState, reset_state
 
 
 class Exploding:
@@ -108,4 +112,11 @@ def round_trips(root: str) -> dict:
         out["failure"] = f"RuntimeError: {error}"
     state.wait_for_everyone()
     out["leftovers"] = sorted(p.name for p in base.iterdir() if "broken" in p.name)
+
+    # Stopping the job frees the groups: nothing here keeps them (or their gloo threads) alive.
+    groups = [weakref.ref(dist.group.WORLD), weakref.ref(_checkpoint_group())]
+    del setup, target
+    reset_state()
+    gc.collect()
+    out["groups_alive_after_stop"] = [group() is not None for group in groups]
     return out

@@ -29,6 +29,7 @@ def test_two_processes_save_and_load_everything(tmp_path):
             "random_states_1.safetensors",
         ]
         assert out["leftovers"] == []
+        assert out["groups_alive_after_stop"] == [False, False]
     first, second = results
     assert (
         first["files"]

@@ -1,5 +1,8 @@
 """Every operation without a process group (and with a 1-process group) behaves as one process."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -66,6 +69,20 @@ def test_operations_with_one_process_group():
         check_single_process_semantics()
     finally:
         dist.destroy_process_group()
+
+
+def test_destroyed_group_is_freed_after_collectives():
+    """accel-ops must not keep a destroyed group (and its gloo threads) alive until exit."""
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1
+    )
+    try:
+        check_single_process_semantics()
+        world = weakref.ref(dist.group.WORLD)
+    finally:
+        dist.destroy_process_group()
+    gc.collect()
+    assert world() is None
 
 
 def test_argument_errors_name_argument_value_and_fix():

@@ -80,6 +80,12 @@ def test_existing_process_group_is_adopted_not_restarted():
     assert results == [{"index": 0, "num": 2, "owns": False}, {"index": 1, "num": 2, "owns": False}]
 
 
+def test_stopping_frees_the_group_even_after_ddp():
+    # torch.distributed.nn captures the default group in default arguments when imported after
+    # the group starts; a group kept alive that way keeps its gloo threads past interpreter exit.
+    assert spawn_workers(workers.group_freed_after_stop, 2, timeout=120) == [True, True]
+
+
 def test_failure_in_one_rank_ends_the_job_with_its_traceback():
     started = time.monotonic()
     with pytest.raises(WorkerFailedError) as raised:

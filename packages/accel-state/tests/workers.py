@@ -139,3 +139,22 @@ def barrier_with_a_straggler() -> None:
     if state.process_index == 1:
         time.sleep(20)
     state.wait_for_everyone()
+
+
+def group_freed_after_stop() -> bool:
+    """Start the group, use DDP (which imports torch._dynamo), stop: is the group object gone?"""
+    import gc
+    import weakref
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from accel_state import reset_state
+
+    PartialState()
+    model = DistributedDataParallel(torch.nn.Linear(3, 2))
+    model(torch.ones(4, 3)).sum().backward()
+    group = weakref.ref(dist.group.WORLD)
+    del model
+    reset_state()
+    gc.collect()
+    return group() is None

@@ -54,3 +54,49 @@ def test_plain_torchrun_trains_one_two_process_job(tmp_path):
     assert {r["type"] for r in reports} == {"MULTI_CPU"}
     assert {r["batches"] for r in reports} == {4}  # 16 samples / (batch 2 x 2 processes)
     assert reports[0]["weights"] == reports[1]["weights"]
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import atexit, gc, sys, weakref
+    import torch
+    import torch.distributed as dist
+
+    groups = []
+
+    def report():  # registered first, so it runs after accel's own exit hooks
+        gc.collect()
+        sys.stdout.write(f"EXIT freed={groups[0]() is None} initialized={dist.is_initialized()}\\n")
+        sys.stdout.flush()
+
+    atexit.register(report)
+    from accel import Accelerator
+
+    accelerator = Accelerator()
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.backward(model(torch.ones(4, 3)).sum())
+    optimizer.step()
+    groups.append(weakref.ref(dist.group.WORLD))
+    gathered = accelerator.gather_for_metrics(torch.tensor([accelerator.process_index]))
+    if "END" in sys.argv:
+        accelerator.end_training()
+    # The DDP wrapper stays referenced here until the interpreter shuts down.
+    """
+)
+
+
+def test_exit_frees_the_group_held_by_a_ddp_wrapper(tmp_path):
+    # A group kept alive past interpreter shutdown keeps gloo threads that may need the GIL then,
+    # which aborts the process; accel destroys the group and detaches DDP from it at exit.
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    for extra in ([], ["END"]):
+        result = run_torchrun([str(script), *extra], nproc_per_node=2, timeout=180)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.count("EXIT freed=True initialized=False") == 2, (
+            extra,
+            result.stdout,
+            result.stderr[-2000:],
+        )

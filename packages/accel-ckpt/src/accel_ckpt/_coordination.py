@@ -8,6 +8,7 @@ process raise instead of leaving the others waiting in a barrier.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,7 +18,10 @@ import torch.distributed as dist
 from accel_ckpt.errors import DistributedCheckpointError
 
 T = TypeVar("T")
-_GROUP: list[Any] = []  # [default group object, checkpoint group] once created
+# Weak references to (default group, checkpoint group): torch's registry owns both until
+# destroy_process_group(); a strong reference here would keep their gloo threads alive after it,
+# and a thread that needs the GIL during interpreter shutdown aborts the process.
+_GROUP: list[weakref.ref[Any]] = []
 
 
 def _checkpoint_group() -> Any:
@@ -27,10 +31,12 @@ def _checkpoint_group() -> Any:
             "accel_state.PartialState() (or the Accelerator) in every process before saving."
         )
     world = dist.group.WORLD
-    if _GROUP and _GROUP[0] is world:
-        return _GROUP[1]
+    if _GROUP and _GROUP[0]() is world:
+        group = _GROUP[1]()
+        if group is not None:
+            return group
     group = dist.new_group(backend="gloo")
-    _GROUP[:] = [world, group]
+    _GROUP[:] = [weakref.ref(world), weakref.ref(group)]
     return group
 
 

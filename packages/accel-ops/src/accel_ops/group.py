@@ -8,6 +8,7 @@ collectives use it; otherwise they behave as a single process.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import torch
@@ -15,7 +16,9 @@ import torch.distributed as dist
 
 from accel_ops.errors import InvalidArgumentError
 
-_cached: tuple[Any, GroupInfo] | None = None
+# The group is held weakly: a strong reference here would keep a destroyed group (and its gloo
+# worker threads) alive until interpreter shutdown, where a thread that still needs the GIL aborts.
+_cached: tuple[weakref.ref[Any], GroupInfo] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +52,9 @@ def current_group() -> GroupInfo | None:
         return None
     world = dist.group.WORLD
     cached = _cached
-    if cached is None or cached[0] is not world:
+    if cached is None or cached[0]() is not world:
         info = GroupInfo(dist.get_world_size(), dist.get_rank(), str(dist.get_backend()))
-        cached = _cached = (world, info)
+        cached = _cached = (weakref.ref(world), info)
     return cached[1] if cached[1].world_size > 1 else None
 
 

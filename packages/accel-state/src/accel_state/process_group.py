@@ -1,8 +1,17 @@
-"""Starting, adopting and stopping the default process group: the one piece of process-wide state."""
+"""Starting, adopting and stopping the default process group: the one piece of process-wide state.
+
+A group started here is also stopped here when the interpreter exits normally. Python aborts a
+process ("terminate called without an active exception") when a gloo worker thread still releases
+a finished collective's tensors while the interpreter shuts down; destroying the group first joins
+those threads while Python can still serve them.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
+import sys
 
 import torch
 import torch.distributed as dist
@@ -11,6 +20,8 @@ from accel_state.cluster.base import ProcessLayout
 from accel_state.errors import ProcessGroupError
 
 DEFAULT_TIMEOUT_SECONDS = 1800.0
+
+_started_here = False  # whether the current default group was started (so is owned) here
 
 
 def resolve_timeout(
@@ -74,6 +85,7 @@ def start_process_group(
     else:
         init_method = f"tcp://{layout.master_addr}:{layout.master_port}"
     bound_device = device if device is not None and device.type == "cuda" else None
+    _import_modules_that_capture_the_group()
     try:
         dist.init_process_group(
             backend=backend,
@@ -88,10 +100,49 @@ def start_process_group(
             f"Could not start the {backend} process group as rank {layout.rank} of "
             f"{layout.world_size} via {init_method} (from the {layout.source} environment): {error}"
         ) from error
+    global _started_here
+    _started_here = True
+    atexit.register(stop_at_exit)
     return True
 
 
 def stop_process_group() -> None:
     """Destroy the default process group if one exists."""
+    global _started_here
+    _started_here = False
+    atexit.unregister(stop_at_exit)
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def stop_at_exit() -> bool:
+    """What a normal interpreter exit does: destroy the group accel-state started, if any.
+
+    Registered with :mod:`atexit` when the group starts; wrappers that hold the group (DDP) call it
+    from their own exit hooks before letting go of it. After an uncaught exception the group is
+    left alone: destroying it waits for this process's pending collectives, which may never
+    finish, while exiting at once lets the launcher stop the other processes.
+
+    Returns:
+        True when no default group is left, so objects still holding the old one may drop it.
+
+    """
+    if getattr(sys, "last_value", None) is not None:
+        return False
+    if not (dist.is_available() and dist.is_initialized()):
+        return True
+    if _started_here:
+        stop_process_group()
+        return True
+    return False
+
+
+def _import_modules_that_capture_the_group() -> None:
+    """Import modules whose functions take ``group=group.WORLD`` as a default argument.
+
+    Imported after the group starts (``torch._dynamo`` imports ``torch.distributed.nn``, and DDP
+    imports dynamo), their defaults would hold the default group forever: destroying it would not
+    free it, and its gloo threads would outlive the interpreter. Imported first, they hold None.
+    """
+    with contextlib.suppress(ImportError):  # a build without it has nothing to capture
+        import torch.distributed.nn.functional  # noqa: F401

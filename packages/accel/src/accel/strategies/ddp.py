@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import faulthandler
+import weakref
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from accel.strategies.base import ModelStrategy
+
+# Every DDP wrapper this process made, so the exit hook can detach them from the destroyed group.
+_WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+_RELEASE_WATCHDOG_SECONDS = 60.0
 
 
 class DDPStrategy(ModelStrategy):
@@ -22,17 +30,20 @@ class DDPStrategy(ModelStrategy):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap ``model`` in DDP unless it has nothing to train or is already wrapped."""
         if isinstance(model, DistributedDataParallel):
+            _release_at_exit(model)
             return model
         if not any(parameter.requires_grad for parameter in model.parameters()):
             return model
         device = self.state.device
         device_ids = [device.index] if device.type in ("cuda", "xpu") else None
-        return DistributedDataParallel(
+        wrapped = DistributedDataParallel(
             model,
             device_ids=device_ids,
             output_device=device_ids[0] if device_ids else None,
             **self.settings,
         )
+        _release_at_exit(wrapped)
+        return wrapped
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """The module inside a DDP wrapper."""
@@ -45,3 +56,45 @@ class DDPStrategy(ModelStrategy):
         if isinstance(model, DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()
+
+
+def release_process_group(*models: DistributedDataParallel) -> None:
+    """Drop DDP wrappers' references to their process group (reducer, logger, hooks, the group).
+
+    A destroyed group lives on while a wrapper holds it, and so do its gloo worker threads; one
+    that still releases a finished collective while the interpreter shuts down aborts the process
+    ("terminate called without an active exception"). Freed here, the group joins its threads.
+    The Python group object goes last: its destructor releases the GIL before joining, so a
+    thread that needs the GIL can finish (the reducer's and logger's destructors keep the GIL and
+    would deadlock there). The wrappers cannot run distributed steps afterwards; ``.module`` can.
+    A GIL-free watchdog turns an unexpected hang into an exit with tracebacks after a minute.
+    """
+    holders = tuple(getattr(dist, kind) for kind in ("Reducer", "Logger") if hasattr(dist, kind))
+    faulthandler.dump_traceback_later(_RELEASE_WATCHDOG_SECONDS, exit=True)
+    try:
+        for model in models:
+            for name, value in list(vars(model).items()):
+                if name == "_comm_hooks" or isinstance(value, holders):
+                    delattr(model, name)
+        for model in models:
+            for name, value in list(vars(model).items()):
+                if isinstance(value, dist.ProcessGroup):
+                    delattr(model, name)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _release_at_exit(model: DistributedDataParallel) -> None:
+    """Remember ``model`` for the exit hook (registered with the first wrapper)."""
+    if not _WRAPPERS:
+        atexit.unregister(_release_wrappers_at_exit)
+        atexit.register(_release_wrappers_at_exit)
+    _WRAPPERS.add(model)
+
+
+def _release_wrappers_at_exit() -> None:
+    """At a normal exit: stop the group accel-state started, then free it from every wrapper."""
+    from accel_state.process_group import stop_at_exit
+
+    if stop_at_exit():
+        release_process_group(*_WRAPPERS)
