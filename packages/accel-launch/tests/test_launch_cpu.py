@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, read_pids, run, wait_dead
@@ -140,26 +141,8 @@ def test_failing_rank_ends_the_job_quickly_with_traceback(tmp_path):
 
 
 def test_sigterm_stops_every_worker(tmp_path):
-    proc = subprocess.Popen(
-        accel_cmd(
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "2",
-            str(SCRIPTS / "sleep_worker.py"),
-            str(tmp_path),
-        ),
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc, pids = _start_sleepers(tmp_path, 2, seconds=60)
     try:
-        deadline = time.monotonic() + 60
-        while len(read_pids(tmp_path)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pids = read_pids(tmp_path)
         assert len(pids) == 2
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=45)
@@ -230,23 +213,30 @@ def test_max_restarts_recovers_a_worker_that_fails_once(tmp_path):
     assert done == ["2.0 restart=1", "2.0 restart=1"]
 
 
-def _start_single(tmp_path):
+def _start_sleepers(
+    tmp_path: Path, processes: int, seconds: float
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """Launch ``sleep_worker.py`` on ``processes`` ranks; wait up to ``seconds`` for their pids.
+
+    One process uses the launcher's default (no ``--num_processes``), the single-process path.
+    """
+    count = ["--num_processes", str(processes)] if processes > 1 else []
     proc = subprocess.Popen(
-        accel_cmd("launch", "--cpu", str(SCRIPTS / "sleep_worker.py"), str(tmp_path)),
+        accel_cmd("launch", "--cpu", *count, str(SCRIPTS / "sleep_worker.py"), str(tmp_path)),
         env=clean_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 30
-    while not read_pids(tmp_path) and time.monotonic() < deadline:
+    deadline = time.monotonic() + seconds
+    while len(read_pids(tmp_path)) < processes and time.monotonic() < deadline:
         time.sleep(0.05)
     return proc, read_pids(tmp_path)
 
 
 def test_single_process_ctrl_c_reaches_the_script(tmp_path):
-    proc, pids = _start_single(tmp_path)
+    proc, pids = _start_sleepers(tmp_path, 1, seconds=30)
     try:
         assert len(pids) == 1
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -260,7 +250,7 @@ def test_single_process_ctrl_c_reaches_the_script(tmp_path):
 
 
 def test_single_process_sigterm_is_passed_on(tmp_path):
-    proc, pids = _start_single(tmp_path)
+    proc, pids = _start_sleepers(tmp_path, 1, seconds=30)
     try:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
@@ -328,30 +318,13 @@ def test_signal_while_waiting_for_other_machines_ends_the_launcher(tmp_path, sig
     assert read_pids(tmp_path) == []
 
 
-@pytest.mark.parametrize("processes", ["1", "2"])
+@pytest.mark.parametrize("processes", [1, 2])
 def test_workers_die_when_the_launcher_is_killed_with_sigkill(tmp_path, processes):
     # torch's elastic agent puts each worker in a session of its own; without the parent-death
     # guard a SIGKILLed launcher (no cleanup possible) would leave them running.
-    proc = subprocess.Popen(
-        accel_cmd(
-            "launch",
-            "--cpu",
-            "--num_processes",
-            processes,
-            str(SCRIPTS / "sleep_worker.py"),
-            str(tmp_path),
-        ),
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc, pids = _start_sleepers(tmp_path, processes, seconds=60)
     try:
-        deadline = time.monotonic() + 60
-        while len(read_pids(tmp_path)) < int(processes) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        pids = read_pids(tmp_path)
-        assert len(pids) == int(processes)
+        assert len(pids) == processes
         proc.kill()  # the launcher only, not its process group
         proc.wait(timeout=10)
         assert wait_dead(pids, 10) == []

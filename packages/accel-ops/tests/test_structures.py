@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import pytest
 import torch
+from _accel_ops_workers import ReadOnlyMapping
 
 from accel_ops import (
     AccelOpsError,
@@ -45,20 +46,6 @@ class FrozenOutput:
 
     def __post_init__(self):
         object.__setattr__(self, "computed", self.computed + 1)  # must not run twice
-
-
-class ReadOnlyMapping(collections.abc.Mapping):
-    def __init__(self, data):
-        self._data = dict(data)
-
-    def __getitem__(self, key):
-        return self._data[key]
-
-    def __iter__(self):
-        return iter(self._data)
-
-    def __len__(self):
-        return len(self._data)
 
 
 class NoDictConstructor(collections.UserDict):

@@ -247,11 +247,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         resume = self._take_resume()
-        self.set_epoch(self.iteration)
-        self._capture_epoch_start(resume)
-        self._batches_yielded = 0 if resume is None else resume.batches
-        self._in_epoch = True
-        self.begin()
+        self._open_epoch(resume)
         try:
             # A resumed epoch still reads its first step, to complete the last one the same way.
             keep = 0
@@ -293,8 +289,6 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                     self._batches_yielded += 1
                     yield mine
                 announced = following
-            self.iteration += 1
-            self._batches_yielded = 0
+            self._complete_epoch()
         finally:
-            self._in_epoch = False
-            self.end()
+            self._close_epoch()

@@ -178,6 +178,24 @@ class DataLoaderStateMixin:
         self.iteration = epoch
         propagate_epoch(self._own_batch_sampler(), self.dataset, epoch)
 
+    def _open_epoch(self, resume: ResumePoint | None) -> None:
+        """Start an iteration: epoch, generator states, position, ``GradientState`` registration."""
+        self.set_epoch(self.iteration)
+        self._capture_epoch_start(resume)
+        self._batches_yielded = 0 if resume is None else resume.batches
+        self._in_epoch = True
+        self.begin()
+
+    def _complete_epoch(self) -> None:
+        """After the last batch: the next iteration is the next epoch, from its start."""
+        self.iteration += 1
+        self._batches_yielded = 0
+
+    def _close_epoch(self) -> None:
+        """However the iteration ended (exhausted, broken off, raised): unregister it."""
+        self._in_epoch = False
+        self.end()
+
     def _seedable_sampler(self) -> SeedableRandomSampler | None:
         for node in sampler_chain(self._own_batch_sampler()):
             if isinstance(node, SeedableRandomSampler):

@@ -71,11 +71,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
         # synchronised when the interrupted epoch started.
         if self.rng_types and (resume is None or resume.batches == 0):
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
-        self.set_epoch(self.iteration)
-        self._capture_epoch_start(resume)
-        self._batches_yielded = 0 if resume is None else resume.batches
-        self._in_epoch = True
-        self.begin()
+        self._open_epoch(resume)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         resume = self._take_resume()
@@ -97,8 +93,6 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
                 self._batches_yielded += 1
                 yield current
                 current = following
-            self.iteration += 1
-            self._batches_yielded = 0
+            self._complete_epoch()
         finally:
-            self._in_epoch = False
-            self.end()
+            self._close_epoch()
