@@ -25,6 +25,23 @@ CONSTRAINTS = {backend: str(ROOT / "constraints" / f"{backend}.txt") for backend
 TEST_TOOLS = ["pytest", "pytest-timeout"]
 # A worker process gets one thread per core at most; with 2-3 ranks on 2 cores, 1 is right.
 TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+# The CPU legs mean CPU on any machine: no GPU is visible to them, so a contributor's GPU
+# workstation runs the same tests as CI (the cuda leg selects the tests that need a GPU).
+CPU_ENV = {**TEST_ENV, "CUDA_VISIBLE_DEVICES": ""}
+# Each supported way to install, the script that proves it works, and how the script is run.
+INSTALL_CHECKS_DIR = ROOT / "tests-integration" / "install"
+INSTALLS = {
+    "accel": (
+        PACKAGES,
+        ["accel", "launch", "--cpu", "--num_processes", "2", "whole_api.py", "{tmp}/checkpoint"],
+    ),
+    "state-ops": (["accel-state", "accel-ops"], ["python", "collectives.py"]),
+    "state-ops-data": (["accel-state", "accel-ops", "accel-data"], ["python", "dataloader.py"]),
+    "state-launch": (
+        ["accel-state", "accel-launch"],
+        ["accel-launch", "--cpu", "--num_processes", "2", "plain_torch.py"],
+    ),
+}
 
 nox.options.reuse_venv = "yes"
 # uv hard-links one copy of torch into every venv (seconds instead of half a minute each, and the
@@ -33,7 +50,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
     # Local wheel folders configured for pip (such as a CPU build of torch) serve uv too.
     os.environ["UV_FIND_LINKS"] = ",".join(os.environ["PIP_FIND_LINKS"].split())
-nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
+nox.options.sessions = ["lint", "typecheck", "install", "tests", "integration"]
 
 
 def declared_dependencies(package: str) -> list[str]:
@@ -106,7 +123,7 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
     """Run one package's tests on one backend; hardware legs select only their marked tests."""
     tests_dir = PACKAGES_DIR / package / "tests"
     pytest_args = ["pytest", str(tests_dir), "-p", "no:cacheprovider", *session.posargs]
-    env = dict(TEST_ENV)
+    env = dict(CPU_ENV if backend == "cpu" else TEST_ENV)
     if backend == "cuda":
         if not nvidia_gpu_present():
             session.skip(
@@ -139,8 +156,31 @@ def integration(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         *session.posargs,
-        env=TEST_ENV,
+        env=CPU_ENV,
     )
+
+
+@nox.session(tags=["ci"], reuse_venv=False)
+@nox.parametrize("install", list(INSTALLS))
+def install(session: nox.Session, install: str) -> None:
+    """A user's install, nothing else: a fresh venv with the pinned torch and one ``pip install``.
+
+    No test tools and no extras, so a module the packages use but do not declare (numpy, say)
+    fails here. The venv is checked to hold no numpy, then the install's script runs on 2
+    processes (see tests-integration/install/README.md).
+    """
+    packages, command = INSTALLS[install]
+    session.install("-c", CONSTRAINTS["cpu"], *(str(PACKAGES_DIR / name) for name in packages))
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; "
+        "sys.exit('numpy is installed, so this venv cannot show that it is not needed' "
+        "if importlib.util.find_spec('numpy') else 0)",
+    )
+    tmp = session.create_tmp()
+    with session.chdir(INSTALL_CHECKS_DIR):
+        session.run(*(part.format(tmp=tmp) for part in command), env=CPU_ENV)
 
 
 @nox.session(tags=["ci"])

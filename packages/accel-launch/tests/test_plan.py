@@ -291,3 +291,35 @@ def test_fsdp_section_only_when_fsdp_is_used():
     assert plan_for("--cpu", config=config).contract.fsdp_config == {}
     used = plan_for("--use_fsdp", "--num_processes", "2", config=config)
     assert json.loads(used.env[FSDP_CONFIG]) == {"fsdp_version": 2}
+
+
+def test_more_processes_than_gpus_is_refused_before_anything_starts():
+    with pytest.raises(LaunchArgumentError) as raised:
+        plan_for("--num_processes", "2", env={"CUDA_VISIBLE_DEVICES": "0"})
+    message = str(raised.value)
+    assert "--num_processes" in message and "1 GPU(s)" in message
+    assert "--gpu_ids" in message and "--cpu" in message
+
+
+def test_gpu_ids_name_the_gpus_counted():
+    with pytest.raises(LaunchArgumentError, match="--gpu_ids 0,1 selects 2 GPU"):
+        plan_for("--num_processes", "3", "--gpu_ids", "0,1", env={"CUDA_VISIBLE_DEVICES": "0,1,2"})
+    plan = plan_for("--num_processes", "2", "--gpu_ids", "0,1")
+    assert plan.nproc_per_node == 2 and plan.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+@pytest.mark.parametrize(
+    "flags", [("--cpu", "--num_processes", "4"), ("--num_processes", "2", "--num_machines", "2")]
+)
+def test_gpu_count_allows_cpu_runs_and_counts_processes_per_machine(flags):
+    extra = ("--main_process_ip", "127.0.0.1") if "--num_machines" in flags else ()
+    plan = plan_for(*flags, *extra, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert plan.nproc_per_node in (1, 4)
+
+
+def test_workers_run_through_the_failure_recorder_only_under_the_elastic_agent():
+    plan = plan_for("--cpu", "--num_processes", "2")
+    recorded = plan.python_command(record_failures=True)
+    assert recorded[2].endswith("_failure_recorder.py")
+    assert recorded[3:] == [SCRIPT, "out", "--lr", "3"]
+    assert plan.python_command()[1:] == ["-u", SCRIPT, "out", "--lr", "3"]

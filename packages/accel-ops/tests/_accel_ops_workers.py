@@ -308,3 +308,12 @@ def nccl_worker():
     assert "only communicates CUDA tensors" in message
     dist.barrier()
     return rank
+
+
+def objects_by_rank_worker():
+    """gather_objects_by_rank on the default group and on a group of its own."""
+    rank, _ = start_group("direct")
+    side_group = dist.new_group(backend="gloo")
+    default = accel_ops.gather_objects_by_rank({"rank": rank, "tail": "x" * rank})
+    explicit = accel_ops.gather_objects_by_rank([rank] * (rank + 1), process_group=side_group)
+    return default, explicit

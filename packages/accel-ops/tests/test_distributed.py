@@ -1,8 +1,9 @@
 """Every collective on 2 and 3 real gloo processes (spawned, no mocks)."""
 
 import pytest
-from _accel_ops_workers import collectives_worker, debug_worker
+from _accel_ops_workers import collectives_worker, debug_worker, objects_by_rank_worker
 
+import accel_ops
 from accel_state.testing import spawn_workers
 
 
@@ -25,7 +26,7 @@ def test_debug_mode_reports_mismatches_on_every_rank(world_size):
     first = results[0]["messages"]
     for result in results:
         assert result["messages"] == first  # every rank raises the same readable error
-        assert result["max_seconds"] < 10
+        assert result["max_seconds"] < 60  # a hang would wait for the 30-minute group timeout
     assert "accel_ops.reduce" in first["reduce"] and "float64[2]" in first["reduce"]
     assert "data['a']" in first["broadcast"] and "data['b']" in first["broadcast"]
     assert "float32[2, 2]" in first["pad"] and "same number of dimensions" in first["pad"]
@@ -44,3 +45,16 @@ def test_nccl_collectives_on_two_gpus():
     from _accel_ops_workers import nccl_worker
 
     assert spawn_workers(nccl_worker, 2, timeout=120) == [0, 1]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_objects_by_rank_on_the_default_and_an_explicit_group(world_size):
+    # (That this needs no numpy is shown by `nox -s install`, whose venvs have none.)
+    results = spawn_workers(objects_by_rank_worker, world_size, timeout=120)
+    expected_default = [{"rank": r, "tail": "x" * r} for r in range(world_size)]
+    expected_explicit = [[r] * (r + 1) for r in range(world_size)]
+    assert results == [(expected_default, expected_explicit)] * world_size
+
+
+def test_objects_by_rank_without_a_group_is_the_object_alone():
+    assert accel_ops.gather_objects_by_rank("only me") == ["only me"]

@@ -5,6 +5,7 @@ import time
 import pytest
 import workers
 
+from accel_state.failures import is_secondary_failure
 from accel_state.testing import WorkerFailedError, WorkersTimedOutError, spawn_workers
 
 
@@ -95,6 +96,22 @@ def test_failure_in_one_rank_ends_the_job_with_its_traceback():
     assert time.monotonic() - started < 60
 
 
+def test_the_cause_is_named_even_when_a_peers_transport_error_arrives_first():
+    with pytest.raises(WorkerFailedError) as raised:
+        spawn_workers(workers.cause_reported_after_a_peer_breaks, 2, timeout=120)
+    message = str(raised.value)
+    assert message.startswith("Rank 1 of 2 failed first:")
+    assert "RuntimeError: the real cause, on rank 1" in message
+    consequence = message.split("Also failed (after it): rank 0:", 1)[1]
+    assert is_secondary_failure(consequence), consequence  # gloo: connection closed or reset
+
+
+def test_spawned_workers_use_the_cpu_unless_told_otherwise():
+    assert spawn_workers(workers.device_and_cpu_flag, 2) == [("cpu", "true")] * 2
+    kinds = spawn_workers(workers.device_and_cpu_flag, 2, use_cpu=False)
+    assert [flag for _, flag in kinds] == [None, None]
+
+
 def test_hung_workers_are_killed_at_the_deadline():
     started = time.monotonic()
     with pytest.raises(WorkersTimedOutError, match=r"Ranks \[0, 1\] of 2 did not finish"):
@@ -108,7 +125,8 @@ def test_process_group_timeout_turns_a_hang_into_an_error():
         spawn_workers(
             workers.barrier_with_a_straggler,
             2,
-            timeout=60,
+            timeout=240,
             env={"ACCEL_PROCESS_GROUP_TIMEOUT": "3"},
         )
-    assert time.monotonic() - started < 15
+    # The straggler sleeps 300 s: ending long before that is the 3 s group timeout's doing.
+    assert time.monotonic() - started < 150

@@ -137,7 +137,7 @@ def hang_forever() -> None:
 def barrier_with_a_straggler() -> None:
     state = PartialState()
     if state.process_index == 1:
-        time.sleep(20)
+        time.sleep(300)
     state.wait_for_everyone()
 
 
@@ -158,3 +158,22 @@ def group_freed_after_stop() -> bool:
     reset_state()
     gc.collect()
     return group() is None
+
+
+def cause_reported_after_a_peer_breaks() -> None:
+    """Rank 1 closes its connections, waits, then raises: rank 0's transport error comes first."""
+    import torch.distributed as dist
+
+    state = PartialState()
+    if state.process_index == 1:
+        dist.destroy_process_group()
+        time.sleep(2)
+        raise RuntimeError("the real cause, on rank 1")
+    state.wait_for_everyone()
+
+
+def device_and_cpu_flag() -> tuple[str, str | None]:
+    """This worker's device type and the ACCEL_USE_CPU it started with."""
+    import os
+
+    return PartialState().device.type, os.environ.get("ACCEL_USE_CPU")

@@ -1,5 +1,7 @@
 """Mixed precision on the CPU: autocast dtypes, float32 outputs, fp16 loss scaling and skipped steps."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -98,3 +100,63 @@ def test_launcher_precision_is_used_unless_an_argument_overrides_it(monkeypatch)
 
     reset_state()
     assert Accelerator(cpu=True, mixed_precision="no").mixed_precision == "no"
+
+
+def test_fp16_skip_detection_follows_the_scaler_and_leaves_the_optimizer_as_it_was():
+    accelerator = Accelerator(
+        mixed_precision="fp16",
+        cpu=True,
+        kwargs_handlers=[GradScalerKwargs(init_scale=8.0, growth_interval=1)],
+    )
+    model, optimizer = _model_and_optimizer()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    inner = optimizer
+    scheduler_step_wrapper = inner.__dict__.get("step")
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+
+    for _ in range(2):  # two overflows in a row: both skipped, the scale halves each time
+        accelerator.backward(model(torch.randn(3, 4)).sum() * float("inf"))
+        optimizer.step()
+        assert accelerator.optimizer_step_was_skipped
+        optimizer.zero_grad()
+    assert accelerator.scaler.get_scale() == 2.0
+
+    # A good step grows the scale (growth_interval=1) and is not reported as skipped.
+    accelerator.backward(model(torch.randn(3, 4)).sum())
+    optimizer.step()
+    assert not accelerator.optimizer_step_was_skipped
+    assert accelerator.scaler.get_scale() == 4.0
+    # What was on the optimizer instance before (the scheduler's step counter) is back in place.
+    assert inner.__dict__.get("step") is scheduler_step_wrapper
+    scheduler.step()
+    assert scheduler.get_last_lr() == [0.05]
+
+
+@pytest.mark.cuda
+def test_fp16_step_synchronises_with_the_host_no_more_than_the_raw_scaler_loop():
+    def count_syncs(step) -> int:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(warning.message) for warning in caught)
+
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer = _model_and_optimizer()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    reference, reference_optimizer = _model_and_optimizer()
+    reference = reference.cuda()
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(3, 4, device="cuda")
+    accelerator.backward(model(x).sum())
+    scaler.scale(reference(x).sum()).backward()
+
+    def raw_step() -> None:
+        scaler.step(reference_optimizer)
+        scaler.update()
+
+    assert count_syncs(optimizer.step) <= count_syncs(raw_step)

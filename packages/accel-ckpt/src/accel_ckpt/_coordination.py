@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import torch.distributed as dist
 
 from accel_ckpt.errors import DistributedCheckpointError
+from accel_ops import gather_objects_by_rank
 
 T = TypeVar("T")
 # Weak references to (default group, checkpoint group): torch's registry owns both until
@@ -81,9 +82,9 @@ class Coordinator:
         """Every process's ``value``, by rank."""
         if self._group is None:
             return [value]
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, value, group=self._group)
-        return gathered
+        # accel-ops moves the pickled bytes as uint8 tensors: torch's all_gather_object would
+        # need numpy, which neither torch nor a plain install of ours depends on.
+        return gather_objects_by_rank(value, self._group)
 
     def agree(self, outcome: Outcome, step: str) -> list[Any]:
         """Exchange outcomes; return every value, or raise on every process if any failed."""

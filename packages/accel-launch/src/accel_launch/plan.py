@@ -32,6 +32,7 @@ from accel_state.errors import EnvironmentConfigError
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
 
 DEFAULT_PORT = 29500
+_FAILURE_RECORDER = Path(__file__).resolve().parent / "_failure_recorder.py"
 SINGLE, ELASTIC, XLA = "single", "elastic", "xla"
 
 
@@ -75,12 +76,18 @@ class LaunchPlan:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
-    def python_command(self) -> list[str]:
-        """The command one worker runs: ``python -u script.py args`` (or ``-m``, or the program)."""
+    def python_command(self, record_failures: bool = False) -> list[str]:
+        """The command one worker runs: ``python -u script.py args`` (or ``-m``, or the program).
+
+        Args:
+            record_failures: Run the script through ``_failure_recorder.py``, which writes torch
+                elastic's error file (traceback and exact time) when the script raises.
+        """
         if self.no_python:
             return [self.target, *self.target_args]
         module = ["-m"] if self.module else []
-        return [sys.executable, "-u", *module, self.target, *self.target_args]
+        recorder = [str(_FAILURE_RECORDER)] if record_failures else []
+        return [sys.executable, "-u", *recorder, *module, self.target, *self.target_args]
 
 
 def parse_rdzv_conf(text: str | None) -> dict[str, str | int]:
@@ -199,6 +206,24 @@ def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, s
     return {}
 
 
+def _check_gpus_suffice(
+    per_node: int, gpus: int, kind: DistributedType | None, gpu_ids: str | None
+) -> None:
+    """Refuse, before anything starts, more processes per machine than GPUs on a GPU run.
+
+    Raises:
+        LaunchArgumentError: ``per_node`` exceeds the visible GPUs (and there is at least one).
+    """
+    if gpus == 0 or kind is DistributedType.XLA or per_node <= gpus:
+        return
+    which = f"--gpu_ids {gpu_ids} selects" if parse_gpu_ids(gpu_ids) else "this machine shows"
+    raise LaunchArgumentError(
+        f"--num_processes asks for {per_node} process(es) per machine but {which} {gpus} GPU(s), "
+        "and each process needs a GPU of its own. Pass --num_processes with at most "
+        f"{gpus} per machine, list more GPUs with --gpu_ids, or run on the CPU with --cpu."
+    )
+
+
 def build_plan(
     args: argparse.Namespace,
     file_config: AccelConfig | None = None,
@@ -247,6 +272,7 @@ def build_plan(
                 f"--num_processes {num_machines * max(1, num_processes // num_machines)}."
             )
         per_node = num_processes // num_machines
+    _check_gpus_suffice(per_node, gpus, kind, config.gpu_ids)
     if num_machines > 1 and not config.main_process_ip:
         raise LaunchArgumentError(
             f"--num_machines {num_machines} needs --main_process_ip: the address of machine 0, "

@@ -37,7 +37,7 @@ from accel_ops.errors import (
     UnsupportedTypeError,
     XLAUnavailableError,
 )
-from accel_ops.objects import broadcast_object_list, gather_object
+from accel_ops.objects import broadcast_object_list, gather_object, gather_objects_by_rank
 from accel_ops.padding import pad_across_processes, pad_input_tensors
 from accel_ops.structures import (
     TensorInformation,
@@ -81,6 +81,7 @@ __all__ = [
     "copy_tensor_to_devices",
     "gather",
     "gather_object",
+    "gather_objects_by_rank",
     "pad_across_processes",
     "reduce",
     # debug mode

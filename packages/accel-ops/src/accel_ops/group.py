@@ -31,12 +31,15 @@ class GroupInfo:
         backend: Backend name as ``torch.distributed.get_backend()`` gives it.
         is_xla: Whether the group runs on torch_xla's ``xla`` backend.
         list_gather_only: Whether the backend only has the list form of ``all_gather`` (gloo, MPI).
+        process_group: The ``torch.distributed`` group the collectives run on; ``None`` is the
+            default group.
 
     """
 
     world_size: int
     rank: int
     backend: str
+    process_group: Any = dataclasses.field(default=None, compare=False, repr=False)
     is_xla: bool = dataclasses.field(init=False)
     list_gather_only: bool = dataclasses.field(init=False)
 
@@ -56,6 +59,20 @@ def current_group() -> GroupInfo | None:
         info = GroupInfo(dist.get_world_size(), dist.get_rank(), str(dist.get_backend()))
         cached = _cached = (weakref.ref(world), info)
     return cached[1] if cached[1].world_size > 1 else None
+
+
+def describe_group(process_group: Any) -> GroupInfo:
+    """A :class:`GroupInfo` for an explicit group, such as one made by ``dist.new_group``.
+
+    The group is held only for the duration of the collective that uses the returned object;
+    do not cache the result past ``destroy_process_group``.
+    """
+    return GroupInfo(
+        dist.get_world_size(process_group),
+        dist.get_rank(process_group),
+        str(dist.get_backend(process_group)),
+        process_group,
+    )
 
 
 def default_device(group: GroupInfo) -> torch.device:

@@ -33,16 +33,17 @@ def gather_tensor(tensor: torch.Tensor, group: GroupInfo) -> torch.Tensor:
     world_size = group.world_size
     if not group.list_gather_only and not tensor.is_cpu:
         output = tensor.new_empty((world_size * tensor.shape[0], *tensor.shape[1:]))
-        _gather_into_tensor(output, tensor)
+        _gather_into_tensor(output, tensor, group=group.process_group)
         return output
     if tensor.numel() < _SMALL_NUMEL:
         # Small: separate buffers and a cat cost less than slicing views of one output.
         parts = [torch.empty_like(tensor) for _ in range(world_size)]
-        dist.all_gather(parts, tensor)
+        dist.all_gather(parts, tensor, group=group.process_group)
         return torch.cat(parts)
     # Large: each process's part lands straight in its slice of the output, with no cat copy.
     output = tensor.new_empty((world_size * tensor.shape[0], *tensor.shape[1:]))
-    dist.all_gather(list(output.view(world_size, *tensor.shape).unbind(0)), tensor)
+    views = list(output.view(world_size, *tensor.shape).unbind(0))
+    dist.all_gather(views, tensor, group=group.process_group)
     return output
 
 
@@ -50,11 +51,13 @@ def broadcast_tensor(tensor: torch.Tensor, group: GroupInfo, from_process: int) 
     """Overwrite ``tensor`` in place with the one held by ``from_process`` and return it."""
     if group.is_xla:
         return xla.broadcast(tensor, from_process)
+    handle = group.process_group
+    source = from_process if handle is None else dist.get_global_rank(handle, from_process)
     if tensor.is_contiguous():
-        dist.broadcast(tensor, src=from_process)
+        dist.broadcast(tensor, src=source, group=handle)
         return tensor
     buffer = tensor.contiguous()
-    dist.broadcast(buffer, src=from_process)
+    dist.broadcast(buffer, src=source, group=handle)
     return tensor.copy_(buffer)
 
 

@@ -78,12 +78,49 @@ class FP16Precision(Precision):
             self._unscaled.add(id(optimizer))
 
     def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
-        """Step through the scaler; a reduced scale afterwards means inf/nan made it skip."""
-        scale_before = self.scaler.get_scale()
-        self.scaler.step(optimizer, **kwargs)
+        """Step through the scaler; return True when inf/nan gradients made it skip.
+
+        The scaler already reads its inf/nan flags on the host once to decide whether to call
+        ``optimizer.step``; whether that call happened is the answer, with no further device
+        synchronisation (reading the scale before and after would add two).
+        """
+        with _StepObserver(optimizer) as observer:
+            self.scaler.step(optimizer, **kwargs)
         self.scaler.update()
         self._unscaled.discard(id(optimizer))
-        return bool(self.scaler.get_scale() < scale_before)
+        return not observer.stepped
+
+
+class _StepObserver:
+    """Within its block, notes whether ``optimizer.step`` was called (by the grad scaler).
+
+    It shadows ``step`` with an instance attribute and restores exactly what was there before
+    (a scheduler's instance-level wrapper, or nothing, leaving the class's method).
+    """
+
+    _MISSING = object()
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.stepped = False
+        self._previous: Any = self._MISSING
+
+    def __enter__(self) -> _StepObserver:
+        self._previous = self.optimizer.__dict__.get("step", self._MISSING)
+        inner = self.optimizer.step
+
+        def observed_step(*args: Any, **kwargs: Any) -> Any:
+            self.stepped = True
+            return inner(*args, **kwargs)
+
+        self.optimizer.step = observed_step  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is self._MISSING:
+            del self.optimizer.step
+        else:
+            self.optimizer.step = self._previous  # type: ignore[method-assign]
 
 
 def make_precision(

@@ -18,9 +18,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from accel_launch._failure_recorder import TIMESTAMP_KEY
 from accel_launch.plan import LaunchPlan
 from accel_launch.runners.environ import extended_environ
 from accel_launch.runners.guard import guarded
+from accel_state.failures import RankFailure, first_failure
 
 _ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 
@@ -99,9 +101,28 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
     )
 
 
+def _rank_failure(global_rank: int, failure: Any) -> RankFailure:
+    """Our view of one elastic ``ProcessFailure``: exact time and text where the worker wrote them."""
+    message = failure.error_file_data.get("message") if failure.error_file_data else None
+    if not isinstance(message, dict):  # no error file: torch stores the placeholder "<NONE>"
+        return RankFailure(global_rank, float(failure.timestamp))
+    extra = message.get("extraInfo", {})
+    try:
+        when = float(extra.get(TIMESTAMP_KEY, failure.timestamp))
+    except (TypeError, ValueError):
+        when = float(failure.timestamp)
+    return RankFailure(global_rank, when, str(extra.get("py_callstack") or message.get("message")))
+
+
 def describe_failure(error: Any, who: str = "accel launch") -> tuple[str, int]:
-    """Summarise an elastic ``ChildFailedError``: which ranks failed how; and the exit code to use."""
-    rank, first = error.get_first_failure()
+    """Summarise an elastic ``ChildFailedError``: which ranks failed how; and the exit code to use.
+
+    The first failure is the earliest one that is not a consequence of another rank's (a peer's
+    closed connection), by the time the worker recorded it (see ``_failure_recorder.py``).
+    """
+    failures = {rank: _rank_failure(rank, failure) for rank, failure in error.failures.items()}
+    rank = first_failure(list(failures.values())).rank
+    first = error.failures[rank]
     lines = [f"{who}: the job failed."]
     for global_rank, failure in sorted(error.failures.items()):
         how = (
@@ -109,20 +130,24 @@ def describe_failure(error: Any, who: str = "accel launch") -> tuple[str, int]:
             if failure.exitcode < 0
             else f"exited with code {failure.exitcode}"
         )
-        marker = "  (first failure)" if global_rank == rank else ""
+        if global_rank == rank:
+            marker = "  (first failure)"
+        elif failures[global_rank].secondary:
+            marker = "  (a consequence: a transport error after a peer failed)"
+        else:
+            marker = ""
         lines.append(
             f"  rank {global_rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}{marker}"
         )
-    message = first.error_file_data.get("message") if first.error_file_data else None
-    callstack = (
-        message.get("extraInfo", {}).get("py_callstack") if isinstance(message, dict) else None
-    )
+    callstack = failures[rank].text
     if callstack:
         lines.append(f"Traceback of rank {rank}:")
-        lines.append(str(callstack).rstrip())
+        lines.append(callstack.rstrip())
     else:
         lines.append(f"The traceback of rank {rank}, if it raised, is printed above by the worker.")
-    return "\n".join(lines), _exit_code(first.exitcode)
+    # A rank that raised and was then stopped by the agent's SIGTERM exits as Python would have.
+    code = 1 if first.exitcode < 0 and callstack else _exit_code(first.exitcode)
+    return "\n".join(lines), code
 
 
 def _exit_code(worker_code: int) -> int:
@@ -138,7 +163,7 @@ def run_elastic(plan: LaunchPlan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    command = guarded(plan.python_command())
+    command = guarded(plan.python_command(record_failures=True))
     if not plan.quiet:
         where = (
             f" on machine {plan.machine_rank} of {plan.num_machines}"

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from accel_state.contract import USE_CPU
 from accel_state.testing.environ import without_launcher_variables
 from accel_state.testing.ports import find_free_port
 
@@ -17,6 +18,7 @@ def run_torchrun(
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    use_cpu: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m torch.distributed.run --nproc_per_node N <target...>`` and capture output.
 
@@ -26,11 +28,14 @@ def run_torchrun(
         timeout: Seconds before the whole process tree is killed (``subprocess.TimeoutExpired``).
         env: Extra environment variables.
         cwd: Working directory.
+        use_cpu: Set ``ACCEL_USE_CPU=true`` so accel code in the job runs on the CPU over gloo
+            even on a machine with GPUs; pass ``False`` for tests of accelerator choice.
 
     """
     environ = {
         **without_launcher_variables(os.environ, drop_accel=False),
         "OMP_NUM_THREADS": "1",
+        **({USE_CPU: "true"} if use_cpu else {}),
         **(dict(env) if env else {}),
     }
     command = [

@@ -1,0 +1,72 @@
+"""Which rank of a failed job failed first, and which failures were only consequences of it.
+
+When one rank of a job raises, its peers usually fail a moment later with a transport error (gloo's
+"Connection closed by peer", NCCL's aborted communicator, a TCP store that went away). Those are
+consequences, not causes. :func:`first_failure` picks the earliest failure that is not such a
+consequence, so ``spawn_workers`` and ``accel launch`` report the rank whose traceback explains the
+failure, whatever order the reports arrive in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+#: Phrases of errors a rank hits because another rank died or left: transport and store errors.
+SECONDARY_FAILURE_PATTERNS: tuple[str, ...] = (
+    r"Connection closed by peer",
+    r"Connection reset by peer",
+    r"Broken pipe",
+    r"ECONNRESET",
+    r"EPIPE",
+    r"Connection refused",
+    r"failed to recv, got 0 bytes",
+    r"Socket Timeout",
+    r"NCCL communicator was aborted",
+    r"remote process exited or there was a network error",
+    r"DistNetworkError",
+    r"DistStoreError",
+    r"Timed out waiting \d+ ?ms for (?:send|recv) operation",
+    r"nothing was committed\. rank \d+",
+)
+_SECONDARY = re.compile("|".join(SECONDARY_FAILURE_PATTERNS))
+
+
+def is_secondary_failure(text: str) -> bool:
+    """Whether an error text reads like a consequence of a peer's failure (a transport error)."""
+    return _SECONDARY.search(text) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """One rank's failure.
+
+    Attributes:
+        rank: Global rank.
+        timestamp: When it failed (seconds since the epoch, from ``time.time()``).
+        text: The error text or traceback, when known.
+    """
+
+    rank: int
+    timestamp: float
+    text: str = ""
+
+    @property
+    def secondary(self) -> bool:
+        """Whether this failure reads like a consequence of another rank's."""
+        return is_secondary_failure(self.text)
+
+
+def first_failure(failures: Sequence[RankFailure]) -> RankFailure:
+    """The failure to report: the earliest that is not a consequence, else the earliest of all.
+
+    Ties in time go to the lower rank.
+
+    Raises:
+        ValueError: ``failures`` is empty.
+    """
+    if not failures:
+        raise ValueError("first_failure() needs at least one failure.")
+    causes = [failure for failure in failures if not failure.secondary]
+    return min(causes or failures, key=lambda failure: (failure.timestamp, failure.rank))
