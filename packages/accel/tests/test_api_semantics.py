@@ -9,7 +9,7 @@ import semantics_workers as workers
 import switch_training as run
 import torch
 
-from accel import Accelerator, AccelError, GradScalerKwargs
+from accel import Accelerator, AcceleratorConfigError, GradScalerKwargs
 from accel.logging import get_logger
 from accel.utils import extract_model_from_parallel, find_executable_batch_size
 from accel.utils.memory import should_reduce_batch_size
@@ -206,7 +206,9 @@ def test_get_logger_reads_accel_then_accelerate_log_level(monkeypatch, restore_l
     assert get_logger("semantics.b").logger.level == logging.WARNING
     assert get_logger("semantics.c", log_level="ERROR").logger.level == logging.ERROR
     monkeypatch.setenv("ACCEL_LOG_LEVEL", "loud")
-    with pytest.raises(AccelError, match="ACCEL_LOG_LEVEL='loud' is not a logging level"):
+    with pytest.raises(
+        AcceleratorConfigError, match="ACCEL_LOG_LEVEL='loud' is not a logging level"
+    ):
         get_logger("semantics.d")
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from accel.errors import AccelError
+from accel.errors import AcceleratorConfigError, AccelError
 from accel_state import PartialState
 
 
@@ -75,7 +75,8 @@ def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAda
             ``ACCELERATE_LOG_LEVEL``, else the levels are left unchanged.
 
     Raises:
-        AccelError: The level is not a logging level name or number.
+        AcceleratorConfigError: The level is not a logging level name or number (a
+            ``ValueError``, as logging raises).
     """
     logger = logging.getLogger(name)
     level = log_level if log_level is not None else _default_level()
@@ -85,7 +86,7 @@ def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAda
             logger.setLevel(resolved)
         except (ValueError, TypeError):
             source = "log_level" if log_level is not None else _level_variable()
-            raise AccelError(
+            raise AcceleratorConfigError(
                 f"{source}={level!r} is not a logging level; use DEBUG, INFO, WARNING, ERROR, "
                 "CRITICAL or a number."
             ) from None
