@@ -120,3 +120,32 @@ def round_trips(root: str) -> dict:
     gc.collect()
     out["groups_alive_after_stop"] = [group() is not None for group in groups]
     return out
+
+
+def per_rank_folders(root: str, folder_of_rank: list[str]) -> dict:
+    """Each rank saves to ``root/folder_of_rank[rank]``, then loads only that folder."""
+    state = PartialState()
+    rank = state.process_index
+    folder = Path(root) / folder_of_rank[rank]
+    setup = training_setup(seed=3)  # the same states on every rank, as after DDP training
+    shared_loader = LoaderState(position=4, seed=9)
+    own_loader = LoaderState(position=20 + rank, seed=rank)
+    random.seed(200 + rank)
+    np.random.seed(200 + rank)
+    torch.manual_seed(200 + rank)
+    expected = snapshot(setup)
+    path = save_state(folder, **setup, dataloaders=[shared_loader, own_loader])
+    expected_draws = rng_draws()
+    state.wait_for_everyone()
+    manifest = read_manifest(path)
+    fresh = fresh_setup()
+    loaders = [LoaderState(), LoaderState()]
+    load_state(folder, **fresh, dataloaders=loaders)  # this folder alone
+    return {
+        "path": str(path),
+        "files": sorted(p.name for p in path.iterdir()),
+        "random_states": sorted(manifest.contents["random_states"]),
+        "restored": same(snapshot(fresh), expected),
+        "loaders": [(loader.position, loader.seed) for loader in loaders],
+        "rng_restored": rng_draws() == expected_draws,
+    }

@@ -176,3 +176,66 @@ def test_unwrapping_compile_and_custom(tmp_path):
     holder.module = net
     assert unwrap_model(holder) is holder  # a plain attribute called module is not a wrapper
     assert unwrap_model(holder, unwrap=lambda m: m.module) is net
+
+
+class _Parts(nn.Module):
+    """Parameters under ``a``, ``keep`` and ``h.0.two``, and a float buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.keep = nn.Linear(2, 2)
+        self.h = nn.ModuleList([nn.ModuleDict({"two": nn.Linear(2, 2)})])
+        self.register_buffer("scale", torch.ones(2))
+
+
+def _dtypes(model: nn.Module) -> dict[str, torch.dtype]:
+    return {name: tensor.dtype for name, tensor in model.state_dict().items()}
+
+
+def test_dtype_without_device_map_keeps_the_model_dtypes_as_accelerate(tmp_path, caplog):
+    torch.manual_seed(0)
+    source = _Parts()
+    save_model(source, tmp_path, is_main_process=True)
+    target = _Parts()
+    with caplog.at_level(logging.WARNING, logger="accel_ckpt"):
+        load_checkpoint_in_model(target, tmp_path, dtype=torch.float16, strict=True)
+    assert set(_dtypes(target).values()) == {torch.float32}
+    assert same(target.state_dict(), source.state_dict())
+    assert "pass device_map={'': device} to cast" in caplog.text
+    half = _Parts().half()  # the model's own dtype wins, whatever the file holds
+    load_checkpoint_in_model(half, tmp_path, dtype="float32", strict=True)
+    assert set(_dtypes(half).values()) == {torch.float16}
+
+
+def test_keep_in_fp32_modules_applies_to_float16_only(tmp_path):
+    torch.manual_seed(0)
+    save_model(_Parts(), tmp_path, is_main_process=True)
+    fp16 = _Parts()
+    load_checkpoint_in_model(
+        fp16, tmp_path, device_map={"": "cpu"}, dtype="torch.float16", keep_in_fp32_modules=["keep"]
+    )
+    assert _dtypes(fp16) == {
+        "scale": torch.float16,
+        "a.weight": torch.float16,
+        "a.bias": torch.float16,
+        "keep.weight": torch.float32,
+        "keep.bias": torch.float32,
+        "h.0.two.weight": torch.float16,
+        "h.0.two.bias": torch.float16,
+    }
+    # Whole dotted components: "wo" would not match "two"; a nested module name matches.
+    for keep, kept in (["wo"], False), (["two"], True), (["h.0.two"], True), (["0.tw"], False):
+        nested = _Parts()
+        load_checkpoint_in_model(
+            nested, tmp_path, device_map={"": "cpu"}, dtype=torch.float16, keep_in_fp32_modules=keep
+        )
+        assert nested.h[0]["two"].weight.dtype == (torch.float32 if kept else torch.float16), keep
+        assert nested.keep.weight.dtype == torch.float16
+    bf16 = _Parts()
+    load_checkpoint_in_model(
+        bf16, tmp_path, device_map={"": "cpu"}, dtype=torch.bfloat16, keep_in_fp32_modules=["keep"]
+    )
+    assert set(_dtypes(bf16).values()) == {torch.bfloat16}
+    with pytest.raises(ValueError, match="dtype='float17' is not a torch dtype"):
+        load_checkpoint_in_model(_Parts(), tmp_path, dtype="float17")

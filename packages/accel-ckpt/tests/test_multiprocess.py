@@ -1,6 +1,7 @@
 """Two real processes in a gloo group (one spawn: each costs seconds)."""
 
-from ckpt_workers import round_trips
+import pytest
+from ckpt_workers import per_rank_folders, round_trips
 
 from accel_state.testing import spawn_workers
 
@@ -62,3 +63,40 @@ def test_two_processes_save_and_load_everything(tmp_path):
     assert first["failure"].startswith("RuntimeError: state_dict exploded")
     assert second["failure"].startswith("DistributedCheckpointError")
     assert "rank 0: RuntimeError: state_dict exploded on purpose" in second["failure"]
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [["rank0", "rank1"], ["pair", "pair", "alone"]],
+    ids=["one-folder-per-rank", "two-ranks-share-one"],
+)
+def test_each_rank_saves_and_loads_its_own_folder(tmp_path, folders):
+    results = spawn_workers(
+        per_rank_folders, len(folders), args=(str(tmp_path), folders), timeout=150
+    )
+    for rank, out in enumerate(results):
+        sharing = [other for other, name in enumerate(folders) if name == folders[rank]]
+        assert out["path"] == str(tmp_path / folders[rank])
+        assert out["restored"] and out["rng_restored"], out
+        assert out["loaders"] == [(4, 9), (20 + rank, rank)]
+        assert out["random_states"] == [str(other) for other in sharing]
+        own_loader = (
+            [f"dataloader_1_rank{other}.safetensors" for other in sharing]
+            if len(folders) > 1
+            else []
+        )
+        assert out["files"] == sorted(
+            [
+                "accel_manifest.json",
+                "custom_checkpoint_0.safetensors",
+                "dataloader.safetensors",
+                *own_loader,
+                "model.safetensors",
+                "model_1.safetensors",
+                "optimizer.safetensors",
+                "optimizer_1.safetensors",
+                *[f"random_states_{other}.safetensors" for other in sharing],
+                "scheduler.safetensors",
+            ]
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(folders))

@@ -317,3 +317,27 @@ def objects_by_rank_worker():
     default = accel_ops.gather_objects_by_rank({"rank": rank, "tail": "x" * rank})
     explicit = accel_ops.gather_objects_by_rank([rank] * (rank + 1), process_group=side_group)
     return default, explicit
+
+
+def keyword_worker():
+    """Every operation called with Accelerate's keyword names; returns plain results."""
+    from accel_state import PartialState
+
+    state = PartialState(cpu=True)
+    rank, world_size = state.process_index, state.num_processes
+    mine = torch.tensor([float(rank)])
+    ragged = torch.arange(rank + 1, dtype=torch.float32)
+    source = torch.tensor([10.0 + rank])
+    out = {
+        "gather": accel_ops.gather(tensor=mine).tolist(),
+        "reduce": accel_ops.reduce(tensor=mine + 1, reduction="sum").tolist(),
+        "broadcast": accel_ops.broadcast(tensor=source, from_process=0).tolist(),
+        "pad": accel_ops.pad_across_processes(tensor=ragged, dim=0, pad_index=-1).tolist(),
+        "send": accel_ops.send_to_device(tensor={"x": mine}, device="cpu")["x"].tolist(),
+        "objects": accel_ops.gather_object(object=[f"r{rank}"]),
+        "fp32": str(accel_ops.convert_to_fp32(tensor=mine.half()).dtype),
+        "copied": accel_ops.copy_tensor_to_devices(
+            tensor=torch.tensor([7.0]) if rank == 0 else None
+        ).tolist(),
+    }
+    return {"rank": rank, "world_size": world_size, **out}

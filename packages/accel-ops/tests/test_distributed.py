@@ -58,3 +58,21 @@ def test_objects_by_rank_on_the_default_and_an_explicit_group(world_size):
 
 def test_objects_by_rank_without_a_group_is_the_object_alone():
     assert accel_ops.gather_objects_by_rank("only me") == ["only me"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_accelerate_keyword_names_on_real_processes(world_size):
+    from _accel_ops_workers import keyword_worker
+
+    results = spawn_workers(keyword_worker, world_size, timeout=120)
+    every_rank = [float(rank) for rank in range(world_size)]
+    longest = world_size
+    for rank, out in enumerate(results):
+        assert out["gather"] == every_rank
+        assert out["reduce"] == [sum(r + 1.0 for r in range(world_size))]
+        assert out["broadcast"] == [10.0]
+        assert out["pad"] == [float(i) for i in range(rank + 1)] + [-1.0] * (longest - rank - 1)
+        assert out["send"] == [float(rank)]
+        assert out["objects"] == [f"r{r}" for r in range(world_size)]
+        assert out["fp32"] == "torch.float32"
+        assert out["copied"] == [7.0]

@@ -167,3 +167,24 @@ def test_import_loads_no_xla_and_no_state():
         "assert not PartialState._shared_state, 'PartialState was constructed'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("function", "first"),
+    [
+        (accel_ops.gather, "tensor"),
+        (accel_ops.reduce, "tensor"),
+        (accel_ops.broadcast, "tensor"),
+        (accel_ops.pad_across_processes, "tensor"),
+        (accel_ops.send_to_device, "tensor"),
+        (accel_ops.convert_to_fp32, "tensor"),
+        (accel_ops.copy_tensor_to_devices, "tensor"),
+        (accel_ops.pad_input_tensors, "tensor"),
+        (accel_ops.gather_object, "object"),
+        (accel_ops.broadcast_object_list, "object_list"),
+    ],
+)
+def test_first_parameter_has_accelerates_name(function, first):
+    import inspect
+
+    assert next(iter(inspect.signature(function).parameters)) == first

@@ -48,12 +48,21 @@ def test_split_between_processes_uneven_and_padded():
         {"x": [4], "y": [40]},
     ]
     assert [r["tiny"] for r in plain] == [[0], [], []]
+    # As in Accelerate, a string is one item: every process gets all of it.
+    assert [r["string"] for r in plain] == ["abcde"] * 3
     padded = spawn_workers(workers.split_everything, 3, args=(True,), timeout=120)
     assert [r["list"] for r in padded] == [[0, 1, 2], [3, 4, 4], [5, 6, 6]]
     assert [r["tuple"] for r in padded] == [("a", "b"), ("c", "d"), ("e", "e")]
     assert [r["tensor"] for r in padded] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [8, 9]]]
     assert [r["dict"]["x"] for r in padded] == [[1, 2], [3, 3], [4, 4]]
     assert [r["tiny"] for r in padded] == [[0], [0], [0]]
+    assert [r["string"] for r in padded] == ["abcde"] * 3
+
+
+def test_split_between_processes_gives_a_string_whole_on_two_processes():
+    results = spawn_workers(workers.split_everything, 2, args=(False,), timeout=120)
+    assert [r["string"] for r in results] == ["abcde", "abcde"]
+    assert [r["list"] for r in results] == [[0, 1, 2, 3], [4, 5, 6]]
 
 
 def test_decorators_run_on_the_right_ranks():

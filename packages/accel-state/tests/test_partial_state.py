@@ -70,6 +70,12 @@ def test_split_between_processes_single_process_returns_everything():
     state = PartialState(cpu=True)
     with state.split_between_processes([1, 2, 3]) as share:
         assert share == [1, 2, 3]
+    with state.split_between_processes("abcde") as share:
+        assert share == "abcde"
+    with state.split_between_processes(b"xy") as share:
+        assert share == b"xy"
+    with pytest.raises(TypeError, match="not int; convert it"), state.split_between_processes(3):
+        pass
     with state.main_process_first():
         pass
 

@@ -75,6 +75,8 @@ def split_everything(apply_padding: bool) -> dict:
         out["dict"] = {"x": share["x"], "y": share["y"].tolist()}
     with state.split_between_processes([0], apply_padding=apply_padding) as share:
         out["tiny"] = share
+    with state.split_between_processes("abcde", apply_padding=apply_padding) as share:
+        out["string"] = share
     return out
 
 

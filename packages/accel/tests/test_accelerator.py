@@ -131,12 +131,15 @@ def test_scheduler_steps_num_processes_times_only_with_real_steps():
     assert scheduler.get_last_lr() == [pytest.approx(0.1 / 3)]
 
 
-def test_clip_grad_on_micro_steps_is_deferred():
+def test_clip_grad_on_micro_steps_clips_as_accelerate():
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = accelerator.prepare(torch.nn.Linear(3, 1))
     with accelerator.accumulate(model):
         accelerator.backward(model(torch.ones(1, 3)).sum() * 100)
-        assert accelerator.clip_grad_norm_(model.parameters(), 1.0) is None
+        micro = accelerator.clip_grad_norm_(model.parameters(), 1.0)
+        assert micro.item() > 1.0
+        partial = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters()))
+        assert partial.item() == pytest.approx(1.0, rel=1e-4)
     with accelerator.accumulate(model):
         accelerator.backward(model(torch.ones(1, 3)).sum() * 100)
         norm = accelerator.clip_grad_norm_(model.parameters(), 1.0)
@@ -222,7 +225,8 @@ def test_unwrap_through_compile():
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(2, 2)
     compiled = torch.compile(model, backend="eager")
-    assert accelerator.unwrap_model(compiled) is model
+    assert accelerator.unwrap_model(compiled, keep_torch_compile=False) is model
+    assert accelerator.unwrap_model(compiled) is compiled  # Accelerate keeps compile by default
 
 
 def test_process_helpers_in_one_process(capsys):

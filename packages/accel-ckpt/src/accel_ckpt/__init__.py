@@ -8,6 +8,7 @@ Example:
 """
 
 from accel_ckpt.__about__ import __version__
+from accel_ckpt.accelerate_import import is_accelerate_checkpoint
 from accel_ckpt.async_save import AsyncSave, release_staging_memory, wait_for_pending_saves
 from accel_ckpt.checkpointer import Checkpointer
 from accel_ckpt.errors import (
@@ -69,6 +70,7 @@ __all__ = [
     "MANIFEST_NAME",
     "read_manifest",
     "is_complete",
+    "is_accelerate_checkpoint",
     "capture_rng_states",
     "restore_rng_states",
     # single objects

@@ -123,8 +123,12 @@ class Checkpointer:
         scaler: Any = None,
         strict: bool = True,
         map_location: Any = None,
+        allow_pickle: bool | None = None,
     ) -> LoadedCheckpoint:
-        """:func:`accel_ckpt.load_state` with this checkpointer's settings and objects."""
+        """:func:`accel_ckpt.load_state` with this checkpointer's settings and objects.
+
+        ``allow_pickle`` overrides the checkpointer's setting for this call.
+        """
         return load_state(
             input_dir,
             models=models,
@@ -138,7 +142,7 @@ class Checkpointer:
             map_location=map_location,
             load_hooks=list(self._load_hooks.values()),
             unwrap=self.unwrap,
-            allow_pickle=self.allow_pickle,
+            allow_pickle=self.allow_pickle if allow_pickle is None else allow_pickle,
         )
 
     def save_model(

@@ -29,7 +29,7 @@ from accel_ckpt.errors import (
 )
 from accel_ckpt.model_io import ALIASES_KEY, unwrap_model
 from accel_ckpt.pickle_io import load_pickled
-from accel_ckpt.placement import DeviceLike, Placer
+from accel_ckpt.placement import DeviceLike, Placer, resolve_dtype
 from accel_ckpt.safetensors_io import read_header, read_safetensors
 from accel_ckpt.sharding import (
     SAFE_WEIGHTS_INDEX_NAME,
@@ -246,10 +246,13 @@ def load_checkpoint_in_model(
         checkpoint: A ``.safetensors``/``.bin`` file, a ``*.index.json`` file or a folder.
         device_map: Where each module's tensors go; ``None`` keeps them where they are.
         offload_folder: Folder for tensors mapped to ``"disk"``.
-        dtype: Cast floating-point weights to this dtype.
+        dtype: With a ``device_map``, cast floating-point weights and buffers to this dtype.
+            Without one, as in Accelerate, values take the dtypes the model already has
+            (``load_state_dict`` semantics) and ``dtype`` is ignored, with a warning.
         offload_state_dict: Accepted for compatibility; shards are always loaded one at a time.
         offload_buffers: Also offload buffers mapped to ``"disk"``.
-        keep_in_fp32_modules: Module names kept in float32 when ``dtype`` is given.
+        keep_in_fp32_modules: Modules kept in float32 when ``dtype`` is float16 (module names,
+            matched as whole dotted components).
         offload_8bit_bnb: Not supported (bitsandbytes); must be ``False``.
         strict: Raise when keys are missing or unexpected (else unexpected keys are logged).
         allow_pickle: Allow ``.bin`` files that need arbitrary code to unpickle (trusted files only).
@@ -269,6 +272,13 @@ def load_checkpoint_in_model(
         raise InvalidArgumentError(
             "offload_8bit_bnb=True needs bitsandbytes integration, which accel-ckpt does not have."
         )
+    if resolve_dtype(dtype) is not None and device_map is None:
+        logger.warning(
+            "load_checkpoint_in_model(dtype=%s) without a device_map keeps the model's dtypes "
+            "(as Accelerate does); pass device_map={'': device} to cast the weights.",
+            dtype,
+        )
+        dtype = None
     target = unwrap_model(model, unwrap)
     source = resolve_model_checkpoint(checkpoint)
     placer = Placer(

@@ -40,6 +40,30 @@ def _as_device(value: DeviceLike, prefix: str) -> torch.device | str:
         ) from None
 
 
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """``dtype`` as a ``torch.dtype`` (``"float16"`` and ``"torch.float16"`` are accepted).
+
+    Raises:
+        InvalidArgumentError: The string names no torch dtype.
+    """
+    if not isinstance(dtype, str):
+        return dtype
+    resolved = getattr(torch, dtype.removeprefix("torch."), None)
+    if not isinstance(resolved, torch.dtype):
+        raise InvalidArgumentError(
+            f"dtype={dtype!r} is not a torch dtype; use e.g. torch.float16 or 'bfloat16'."
+        )
+    return resolved
+
+
+def _in_module(name: str, module: str) -> bool:
+    """Whether state-dict key ``name`` is ``module`` or lies inside a module of that (dotted) name.
+
+    ``"wo"`` matches ``"wo"``, ``"wo.weight"`` and ``"h.0.wo.weight"``, not ``"h.0.two.weight"``.
+    """
+    return name == module or f".{module}." in f".{name}"
+
+
 class Placer:
     """Assigns checkpoint tensors to a model's parameters and buffers.
 
@@ -48,7 +72,8 @@ class Placer:
         device_map: ``{"": device}`` or module-prefix -> device (longest prefix wins); ``None``
             keeps each tensor where it is (meta tensors go to the CPU).
         dtype: Cast floating-point values to this dtype (``None``: the model's dtype).
-        keep_in_fp32_modules: Module names whose floating-point values stay float32.
+        keep_in_fp32_modules: Module names whose floating-point values stay float32 when
+            ``dtype`` is float16 (as in Accelerate; other dtypes apply to them too).
         offload_folder: Where ``"disk"`` tensors are written.
         offload_buffers: Also send buffers mapped to ``"disk"`` there (else they go to the CPU).
 
@@ -69,12 +94,7 @@ class Placer:
             if device_map is not None
             else None
         )
-        if isinstance(dtype, str):
-            resolved = getattr(torch, dtype.removeprefix("torch."), None)
-            if not isinstance(resolved, torch.dtype):
-                raise InvalidArgumentError(f"dtype={dtype!r} is not a torch dtype.")
-            dtype = resolved
-        self.dtype = dtype
+        self.dtype = resolve_dtype(dtype)
         self.keep_in_fp32 = tuple(keep_in_fp32_modules or ())
         self.offload_folder = Path(offload_folder) if offload_folder is not None else None
         self.offload_buffers = offload_buffers
@@ -127,10 +147,10 @@ class Placer:
     def dtype_for(self, name: str, value: torch.Tensor) -> torch.dtype:
         """The dtype ``value`` takes in the model."""
         if value.is_floating_point() and self.dtype is not None:
-            parts = name.split(".")
-            for keep in self.keep_in_fp32:
-                if keep in parts or name.startswith(keep + "."):
-                    return torch.float32
+            if self.dtype == torch.float16 and any(
+                _in_module(name, keep) for keep in self.keep_in_fp32
+            ):
+                return torch.float32
             return self.dtype
         return self.current(name).dtype
 

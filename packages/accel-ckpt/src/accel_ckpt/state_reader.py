@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from accel_ckpt.accelerate_import import latest_accelerate_checkpoint
 from accel_ckpt.atomic import committed_path
 from accel_ckpt.checksum import FileRecord
 from accel_ckpt.errors import (
@@ -23,7 +24,7 @@ from accel_ckpt.model_loading import ModelSource, load_model_source
 from accel_ckpt.object_io import current_tensors, load_state_file
 from accel_ckpt.pickle_io import load_pickled
 from accel_ckpt.placement import Placer
-from accel_ckpt.project import ProjectConfiguration, latest_checkpoint
+from accel_ckpt.project import ProjectConfiguration, checkpoint_number, latest_checkpoint
 
 PathLike = str | os.PathLike[str]
 
@@ -46,6 +47,9 @@ def resolve_input_dir(input_dir: PathLike | None, config: ProjectConfiguration |
             "automatic_checkpoint_naming=True) to pick the newest checkpoint."
         )
     latest = latest_checkpoint(config.checkpoints_dir)
+    foreign = latest_accelerate_checkpoint(config.checkpoints_dir)
+    if foreign is not None and (latest is None or foreign[0] > (checkpoint_number(latest) or -1)):
+        return foreign[1]  # written by Accelerate before the switch; load_state imports it
     if latest is None:
         raise CheckpointNotFoundError(
             f"No complete checkpoint in {config.checkpoints_dir}; save one with save_state first."

@@ -72,6 +72,21 @@ class FileReport:
     record: FileRecord
 
 
+def folder_members(targets: Sequence[tuple[str, int]], rank: int, per_node: bool) -> list[int]:
+    """The ranks that commit one folder together with ``rank``, lowest (the creator) first.
+
+    ``targets`` holds every rank's absolute folder and machine index. Ranks that name the same
+    folder share it (and, with ``per_node``, only those on the same machine); ranks that pass
+    their own folders each get a complete checkpoint of their own.
+    """
+
+    def key(entry: tuple[str, int]) -> tuple[str, int]:
+        return entry[0], entry[1] if per_node else 0
+
+    mine = key(targets[rank])
+    return [other for other, entry in enumerate(targets) if key(entry) == mine]
+
+
 def state_job(
     obj: Any, relbase: str, category: str, index: int, what: str, allow_pickle: bool
 ) -> FileJob:
@@ -116,6 +131,8 @@ class CheckpointWriter:
         unwrap: Custom model unwrapping.
         metadata: JSON data for the manifest.
         config: Project configuration (automatic naming, ``total_limit``).
+        members: The ranks that write this folder, creator first (see :func:`folder_members`);
+            default: every rank (each machine's with ``per_node``, creator its local rank 0).
 
     """
 
@@ -132,12 +149,17 @@ class CheckpointWriter:
         unwrap: Unwrap | None,
         metadata: dict[str, Any],
         config: ProjectConfiguration | None,
+        members: Sequence[int] | None = None,
     ) -> None:
         self.final = final
         self.items = items
         self.coordinator = coordinator
         self.per_node = per_node
-        self.creator = coordinator.local_rank == 0 if per_node else coordinator.rank == 0
+        self.members = None if members is None else frozenset(members)
+        if members is not None:
+            self.creator = coordinator.rank == min(members)
+        else:
+            self.creator = coordinator.local_rank == 0 if per_node else coordinator.rank == 0
         self.safe_serialization = safe_serialization
         self.allow_pickle = allow_pickle
         self.hooks = hooks
@@ -289,7 +311,7 @@ class CheckpointWriter:
             "extra_files": [],
         }
         for report in sorted((r for per_rank in reports for r in per_rank), key=_order):
-            if self.per_node and report.node_rank != self.coordinator.node_rank:
+            if not self._writes_here(report):
                 continue
             files[report.relpath] = report.record
             _record(contents, report)
@@ -313,6 +335,12 @@ class CheckpointWriter:
         publish_dir(self.staging, self.final)
         if self.automatic and self.config is not None and self.config.total_limit is not None:
             apply_total_limit(self.final.parent, self.config.total_limit, keep=self.final)
+
+    def _writes_here(self, report: FileReport) -> bool:
+        """Whether ``report``'s file was written into this process's folder."""
+        if self.members is not None:
+            return report.rank in self.members
+        return not self.per_node or report.node_rank == self.coordinator.node_rank
 
     def abort(self) -> None:
         """Remove the temporary folder after a failure (creators only)."""

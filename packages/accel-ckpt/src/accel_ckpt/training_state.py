@@ -17,6 +17,11 @@ sibling ``.<name>.accel-tmp-<token>``; each process writes and fsyncs the files 
 once every process has reported its files, the creator writes the manifest and renames the folder
 into place (swapping out and deleting an existing one). Every step exchanges a status, so an error
 on any process makes all of them raise, and nothing is committed.
+
+Processes that pass different folders (a folder per rank, say) each commit their own: the lowest
+rank naming a folder creates it and writes the shared states (models, optimizers...) there, and
+every process writes its own RNG and dataloader states into its folder, so each folder loads on
+its own.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ from typing import Any, Literal, overload
 from torch import nn
 
 from accel_ckpt._coordination import Coordinator
+from accel_ckpt.accelerate_import import (
+    is_accelerate_checkpoint,
+    load_accelerate_state,
+    refuse_pickles,
+)
 from accel_ckpt.async_save import ARENA, AsyncSave, wait_for_pending_saves
 from accel_ckpt.errors import CheckpointContentsError, InvalidArgumentError
 from accel_ckpt.manifest import Manifest, read_manifest, verify_sizes
@@ -40,7 +50,7 @@ from accel_ckpt.model_io import unwrap_model
 from accel_ckpt.project import ProjectConfiguration, checkpoint_number
 from accel_ckpt.rng_state import restore_rng_states
 from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
-from accel_ckpt.state_writer import CheckpointWriter, Items
+from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
 
 logger = logging.getLogger(__name__)
@@ -153,7 +163,9 @@ def save_state(
     Args:
         output_dir: Checkpoint folder (ignored with automatic naming: then it is
             ``project_dir/checkpoints/checkpoint_<iteration>``). An existing checkpoint there is
-            replaced atomically; an existing non-checkpoint folder is refused.
+            replaced atomically; an existing non-checkpoint folder is refused. Processes may
+            pass different folders (one per rank, say): each folder then gets a complete
+            checkpoint that those processes can load on their own.
         models: Models (wrappers are removed); saved by the main process.
         optimizers: Optimizers; saved by the main process.
         schedulers: LR schedulers; saved by the main process.
@@ -203,6 +215,17 @@ def save_state(
         list(custom_objects),
     )
     coordinator = Coordinator.current()
+    targets = coordinator.step(
+        f"Agreeing on the folder of {final}",
+        lambda: (os.path.abspath(final), coordinator.node_rank),
+    )
+    members = folder_members(targets, coordinator.rank, per_node)
+    if coordinator.rank == 0 and len({path for path, _ in targets}) > 1:
+        logger.info(
+            "Processes save to %d different folders; each folder gets a complete checkpoint for "
+            "the processes that name it.",
+            len({path for path, _ in targets}),
+        )
     saver = CheckpointWriter(
         final,
         items,
@@ -214,6 +237,7 @@ def save_state(
         unwrap=unwrap,
         metadata=user_metadata,
         config=project_config,
+        members=members,
     )
     prepared = coordinator.step(f"Preparing checkpoint {final}", saver.prepare)
     token = prepared[0][0]
@@ -261,6 +285,12 @@ def load_state(
     The folder must be complete: its manifest present and every file the right size; files this
     process reads are also checked against their CRC-32 while being read.
 
+    A folder written by Hugging Face Accelerate's ``save_state`` (no manifest; ``optimizer.bin``,
+    ``random_states_0.pkl``...) is imported instead, so training can switch libraries: models,
+    optimizers, schedulers, scaler, custom objects, RNG states and ``metadata["step"]``. Its
+    files are pickles, so this needs ``allow_pickle=True``; Accelerate's sampler files are not
+    imported (a warning says so).
+
     Args:
         input_dir: Checkpoint folder; ``None`` picks the newest complete
             ``checkpoint_<i>`` of ``project_config`` (and sets its ``iteration`` to ``i + 1``).
@@ -275,7 +305,8 @@ def load_state(
         map_location: Device for tensors of custom objects (default: CPU).
         load_hooks: ``hook(models, folder)`` called first; may pop models to load them itself.
         unwrap: Custom model unwrapping function.
-        allow_pickle: Allow ``.pkl``/``.bin`` files that need arbitrary code (trusted files only).
+        allow_pickle: Allow ``.pkl``/``.bin`` files that need arbitrary code (trusted files only),
+            and import Accelerate checkpoints, which are made of them.
         safe_globals: Extra classes the restricted unpickler may rebuild.
         load_rng_states: Restore this process's RNG states.
 
@@ -286,16 +317,39 @@ def load_state(
         CheckpointNotFoundError: No such checkpoint.
         IncompleteCheckpointError: No manifest, or a listed file is missing.
         CorruptCheckpointError: A file's size, checksum or structure is wrong.
-        UnsafeCheckpointError: A pickled file needs code outside the allow-list.
+        UnsafeCheckpointError: A pickled file needs code outside the allow-list, or the folder
+            is an Accelerate checkpoint and ``allow_pickle`` is off.
         CheckpointContentsError: More objects passed than the checkpoint holds.
 
     """
     wait_for_pending_saves()
     folder = resolve_input_dir(input_dir, project_config)
+    model_list = list(models)
+    if is_accelerate_checkpoint(folder):
+        if not allow_pickle:
+            refuse_pickles(folder)
+        for hook in load_hooks:
+            hook(model_list, str(folder))
+        imported = load_accelerate_state(
+            folder,
+            models=model_list,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            dataloaders=dataloaders,
+            scaler=scaler,
+            custom_objects=custom_objects,
+            strict=strict,
+            map_location=map_location,
+            unwrap=unwrap,
+            allow_pickle=allow_pickle,
+            load_rng_states=load_rng_states,
+            rank=_rank(),
+        )
+        _advance_iteration(folder, project_config)
+        return LoadedCheckpoint(folder, imported)
     manifest = read_manifest(folder)
     verify_sizes(folder, manifest)
     loader = CheckpointReader(folder, manifest, map_location, allow_pickle, safe_globals)
-    model_list = list(models)
     for hook in load_hooks:
         hook(model_list, str(folder))
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accel-load") as pool:
@@ -323,9 +377,7 @@ def load_state(
                 f"{folder} holds no scaler state but a scaler was passed."
             )
         scaler.load_state_dict(loader.state(relpath))
-    from accel_state.partial_state import PartialState
-
-    rank = PartialState().process_index
+    rank = _rank()
     for index, dataloader in enumerate(dataloaders):
         if isinstance(dataloader, Stateful):
             relpath = loader.dataloader_file(index, rank)
@@ -341,8 +393,19 @@ def load_state(
             )
         else:
             restore_rng_states(loader.state(relpath), os.fspath(folder / relpath))
+    _advance_iteration(folder, project_config)
+    return LoadedCheckpoint(folder, manifest)
+
+
+def _rank() -> int:
+    from accel_state.partial_state import PartialState
+
+    return PartialState().process_index
+
+
+def _advance_iteration(folder: Path, project_config: ProjectConfiguration | None) -> None:
+    """With automatic naming, the next save after loading ``checkpoint_<i>`` is ``<i + 1>``."""
     if project_config is not None and project_config.automatic_checkpoint_naming:
         number = checkpoint_number(folder)
         if number is not None and folder.parent == project_config.checkpoints_dir:
             project_config.iteration = number + 1
-    return LoadedCheckpoint(folder, manifest)

@@ -36,19 +36,19 @@ _GATHER_FIX = (
 )
 
 
-def gather(data: Any, *, debug: bool | None = None) -> Any:
+def gather(tensor: Any, *, debug: bool | None = None) -> Any:
     """Gather tensors from every process, concatenated along dimension 0.
 
     0-d tensors become 1-d (one value per process). Every process must pass the same structure
     with tensors of the same shape; pad ragged ones first with :func:`pad_across_processes`.
 
     Args:
-        data: A tensor or nested list/tuple/namedtuple/Mapping/dataclass of tensors.
+        tensor: A tensor or nested list/tuple/namedtuple/Mapping/dataclass of tensors.
         debug: Check shapes across processes first (default: the debug-mode setting).
 
     Returns:
         The same structure; each tensor has ``world_size`` times as many rows. A single process
-        gets ``data`` back unchanged.
+        gets ``tensor`` back unchanged.
 
     Raises:
         UnsupportedTypeError: A leaf is not a tensor.
@@ -57,22 +57,22 @@ def gather(data: Any, *, debug: bool | None = None) -> Any:
     """
     group = current_group()
     if group is None:
-        return data
-    check_operands("accel_ops.gather", data, group, debug, hint=_GATHER_FIX)
-    if isinstance(data, torch.Tensor):
-        return gather_tensor(data, group)
-    return apply_to_tensors("gather", _GATHER_HINT, gather_tensor, data, group)
+        return tensor
+    check_operands("accel_ops.gather", tensor, group, debug, hint=_GATHER_FIX)
+    if isinstance(tensor, torch.Tensor):
+        return gather_tensor(tensor, group)
+    return apply_to_tensors("gather", _GATHER_HINT, gather_tensor, tensor, group)
 
 
-def broadcast(data: Any, from_process: int = 0, *, debug: bool | None = None) -> Any:
-    """Overwrite every tensor in ``data`` with the one held by process ``from_process``.
+def broadcast(tensor: Any, from_process: int = 0, *, debug: bool | None = None) -> Any:
+    """Overwrite every tensor in ``tensor`` (or nested in it) with the one held by process ``from_process``.
 
     Tensors are written in place (and returned in the same structure), so every process must
     pass tensors of the source's shapes and dtypes. Use :func:`copy_tensor_to_devices` when
     the receivers cannot know them.
 
     Args:
-        data: A tensor or nested structure of tensors.
+        tensor: A tensor or nested structure of tensors.
         from_process: Rank whose values every process receives.
         debug: Check shapes across processes first (default: the debug-mode setting).
 
@@ -85,10 +85,10 @@ def broadcast(data: Any, from_process: int = 0, *, debug: bool | None = None) ->
     group = current_group()
     check_source("broadcast", from_process, group)
     if group is None:
-        return data
+        return tensor
     check_operands(
         "accel_ops.broadcast",
-        data,
+        tensor,
         group,
         debug,
         hint="receivers must pass tensors of the source's shapes and dtypes; use "
@@ -98,7 +98,7 @@ def broadcast(data: Any, from_process: int = 0, *, debug: bool | None = None) ->
         "broadcast",
         "Only tensors can be broadcast; use broadcast_object_list for Python objects.",
         broadcast_tensor,
-        data,
+        tensor,
         group,
         from_process,
     )
@@ -137,18 +137,18 @@ def _reduce_tensor(
 
 
 def reduce(
-    data: Any, reduction: Reduction = "mean", scale: float = 1.0, *, debug: bool | None = None
+    tensor: Any, reduction: Reduction = "mean", scale: float = 1.0, *, debug: bool | None = None
 ) -> Any:
-    """Reduce every tensor in ``data`` across processes; the inputs are not modified.
+    """Reduce ``tensor`` (or every tensor nested in it) across processes; the inputs are not modified.
 
     Args:
-        data: A tensor or nested structure of tensors (same shapes on every process).
+        tensor: A tensor or nested structure of tensors (same shapes on every process).
         reduction: ``"mean"``, ``"sum"``, ``"max"``, or ``"none"`` (no communication: a copy).
         scale: Factor applied to the result.
         debug: Check shapes across processes first (default: the debug-mode setting).
 
     Returns:
-        New tensors in the same structure. A single process gets ``data * scale`` (copies).
+        New tensors in the same structure. A single process gets ``tensor * scale`` (copies).
 
     Raises:
         InvalidArgumentError: Unknown ``reduction``, or ``mean``/``scale`` on integer tensors.
@@ -164,25 +164,25 @@ def reduce(
     if group is not None and reduction != "none":
         check_operands(
             "accel_ops.reduce",
-            data,
+            tensor,
             group,
             debug,
             hint="every process must reduce tensors of the same shapes and dtypes.",
         )
-    if isinstance(data, torch.Tensor):
-        return _reduce_tensor(data, group, reduction, scale)
+    if isinstance(tensor, torch.Tensor):
+        return _reduce_tensor(tensor, group, reduction, scale)
     return apply_to_tensors(
         "reduce",
         "Only tensors can be reduced; convert numbers with torch.tensor(value).",
         _reduce_tensor,
-        data,
+        tensor,
         group,
         reduction,
         scale,
     )
 
 
-def copy_tensor_to_devices(data: Any = None) -> Any:
+def copy_tensor_to_devices(tensor: Any = None) -> Any:
     """Copy tensors held by exactly one process to every process; the others pass None.
 
     Unlike :func:`broadcast`, receivers need not know the shapes: the holder's structure, shapes
@@ -190,30 +190,30 @@ def copy_tensor_to_devices(data: Any = None) -> Any:
     device under NCCL, the XLA device under XLA, else the CPU).
 
     Args:
-        data: The tensor or nested structure of tensors on one process, None on the others.
+        tensor: The tensor or nested structure of tensors on one process, None on the others.
 
     Returns:
         The holder's tensors, on every process.
 
     Raises:
-        DistributedOperationError: No process, or more than one, passed data.
+        DistributedOperationError: No process, or more than one, passed tensors.
 
     """
     group = current_group()
     if group is None:
-        return data
-    structure = None if data is None else get_data_structure(data)
+        return tensor
+    structure = None if tensor is None else get_data_structure(tensor)
     structures = all_gather_objects(structure, group)
     holders = [rank for rank, held in enumerate(structures) if held is not None]
     if len(holders) != 1:
         raise DistributedOperationError(
-            f"accel_ops.copy_tensor_to_devices: exactly one process must pass data (the others "
+            f"accel_ops.copy_tensor_to_devices: exactly one process must pass tensors (the others "
             f"None), but {len(holders)} did (processes {holders}). Fix: pass None on every "
-            "process but one, or use broadcast(data, from_process=...) when all hold tensors.",
+            "process but one, or use broadcast(tensor, from_process=...) when all hold tensors.",
             "accel_ops.copy_tensor_to_devices",
             [repr(held) for held in structures],
         )
     source = holders[0]
-    if data is None:
-        data = initialize_tensors(structures[source], device=default_device(group))
-    return recursively_apply(broadcast_tensor, data, group, source, error_on_other_type=True)
+    if tensor is None:
+        tensor = initialize_tensors(structures[source], device=default_device(group))
+    return recursively_apply(broadcast_tensor, tensor, group, source, error_on_other_type=True)

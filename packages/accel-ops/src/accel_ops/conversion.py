@@ -22,9 +22,9 @@ def _to_float32(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float()
 
 
-def convert_to_fp32(data: Any) -> Any:
-    """Cast every float16 / bfloat16 tensor in ``data`` to float32; other leaves pass through."""
-    return recursively_apply(_to_float32, data, test_type=_is_half_precision)
+def convert_to_fp32(tensor: Any) -> Any:
+    """Cast every float16 / bfloat16 tensor in (or equal to) ``tensor`` to float32; other leaves pass through."""
+    return recursively_apply(_to_float32, tensor, test_type=_is_half_precision)
 
 
 class ConvertOutputsToFp32:

@@ -20,18 +20,18 @@ Device = torch.device | str | int
 
 
 def send_to_device(
-    data: Any,
+    tensor: Any,
     device: Device,
     non_blocking: bool = False,
     skip_keys: str | Collection[str] | None = None,
 ) -> Any:
-    """Move every tensor in ``data`` to ``device``, keeping the containers' types.
+    """Move ``tensor`` (or every tensor nested in it) to ``device``, keeping the containers' types.
 
     Leaves with a ``.to`` method (modules, ``BatchEncoding``-like mappings) are moved with it; other
     leaves pass through unchanged.
 
     Args:
-        data: A tensor, an object with ``.to``, or list/tuple/Mapping/dataclass containers of them.
+        tensor: A tensor, an object with ``.to``, or list/tuple/Mapping/dataclass containers of them.
         device: Target device (``"cuda:0"``, ``torch.device("cpu")``, a CUDA index...).
         non_blocking: Ask for an asynchronous copy (only meaningful from pinned memory).
         skip_keys: Mapping keys whose values stay where they are, at any depth. When given, a
@@ -45,7 +45,7 @@ def send_to_device(
 
     """
     skipped = _normalise_skip_keys(skip_keys)
-    return _send(data, device, non_blocking, skipped)
+    return _send(tensor, device, non_blocking, skipped)
 
 
 def _normalise_skip_keys(skip_keys: str | Collection[str] | None) -> frozenset[Any]:

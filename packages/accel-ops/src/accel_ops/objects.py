@@ -11,27 +11,27 @@ from accel_ops.group import check_source, current_group, describe_group
 from accel_ops.transport import all_gather_objects, broadcast_objects
 
 
-def gather_object(obj: Any) -> Any:
+def gather_object(object: Any) -> Any:
     """Gather a list from every process into one list, ordered by rank.
 
     Each process passes a list (or tuple) of picklable objects; the result is their
     concatenation, the same on every process. The lists may differ in length.
 
     Args:
-        obj: This process's list of objects.
+        object: This process's list of objects.
 
     Returns:
-        The concatenated list. A single process gets ``obj`` back unchanged.
+        The concatenated list. A single process gets ``object`` back unchanged.
 
     Raises:
         UnsupportedTypeError: On every process, when some process passed something other than a
-            list or tuple (wrap a single object: ``gather_object([obj])``).
+            list or tuple (wrap a single object: ``gather_object([object])``).
 
     """
     group = current_group()
     if group is None:
-        return obj
-    parts = all_gather_objects(obj, group)
+        return object
+    parts = all_gather_objects(object, group)
     wrong = [rank for rank, part in enumerate(parts) if not isinstance(part, (list, tuple))]
     if wrong:
         listed = "; ".join(

@@ -50,7 +50,7 @@ def _size_along(tensor: torch.Tensor, dim: int) -> int:
 
 
 def pad_across_processes(
-    data: Any,
+    tensor: Any,
     dim: int = 0,
     pad_index: int | float | bool = 0,
     pad_first: bool = False,
@@ -59,11 +59,11 @@ def pad_across_processes(
 ) -> Any:
     """Pad every tensor along ``dim`` to the largest size any process has there.
 
-    One collective exchanges the sizes of all the tensors in ``data``; tensors that are already
+    One collective exchanges the sizes of all the tensors in ``tensor``; tensors that are already
     the largest, or have no dimension ``dim``, are returned as they are.
 
     Args:
-        data: A tensor or nested structure of tensors, with the same structure and number of
+        tensor: A tensor or nested structure of tensors, with the same structure and number of
             dimensions on every process.
         dim: The dimension to pad (negative values count from the end).
         pad_index: The value to pad with.
@@ -71,7 +71,7 @@ def pad_across_processes(
         debug: Check structures across processes first (default: the debug-mode setting).
 
     Returns:
-        The same structure with padded tensors (dtypes are kept). A single process gets ``data``.
+        The same structure with padded tensors (dtypes are kept). A single process gets ``tensor``.
 
     Raises:
         InvalidArgumentError: ``dim`` is not an int.
@@ -80,7 +80,7 @@ def pad_across_processes(
 
     """
     _check_int("pad_across_processes", "dim", dim)
-    leaves = _tensor_leaves("pad_across_processes", data)
+    leaves = _tensor_leaves("pad_across_processes", tensor)
     for leaf in leaves:
         if getattr(leaf, "is_nested", False):
             warnings.warn(
@@ -91,10 +91,10 @@ def pad_across_processes(
             break
     group = current_group()
     if group is None or not leaves:
-        return data
+        return tensor
     check_operands(
         "accel_ops.pad_across_processes",
-        data,
+        tensor,
         group,
         debug,
         key=rank_key,
@@ -105,7 +105,7 @@ def pad_across_processes(
     )
     largest = gather_tensor(local, group).view(group.world_size, -1).amax(dim=0).tolist()
     return apply_to_tensors(
-        "pad_across_processes", "", _pad_to, data, iter(largest), dim, pad_index, pad_first
+        "pad_across_processes", "", _pad_to, tensor, iter(largest), dim, pad_index, pad_first
     )
 
 

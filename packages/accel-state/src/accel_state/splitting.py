@@ -22,8 +22,12 @@ def split_inputs(
 ) -> T:
     """Return this process's contiguous share of ``inputs``.
 
+    A string (or bytes) is one item, not a sequence: every process gets all of it, as with
+    Accelerate.
+
     Args:
-        inputs: A list, tuple, tensor (split on dim 0), or a Mapping of those (all the same length).
+        inputs: A list, tuple, tensor (split on dim 0), or a Mapping of those (all the same
+            length); or a string.
         num_processes: How many shares.
         process_index: Which share.
         apply_padding: Repeat the last element so every share has the same length.
@@ -33,6 +37,8 @@ def split_inputs(
         ValueError: A Mapping whose values differ in length.
 
     """
+    if isinstance(inputs, (str, bytes)):
+        return inputs
     if isinstance(inputs, Mapping):
         lengths = {key: _length(value) for key, value in inputs.items()}
         if len(set(lengths.values())) > 1:
@@ -66,6 +72,6 @@ def _length(value: object) -> int:
     if isinstance(value, (list, tuple)):
         return len(value)
     raise TypeError(
-        f"split_between_processes accepts lists, tuples, tensors and dicts of those, "
-        f"not {type(value).__name__}."
+        f"split_between_processes accepts lists, tuples, tensors, dicts of those and strings, "
+        f"not {type(value).__name__}; convert it, e.g. list(inputs)."
     )

@@ -163,7 +163,7 @@ class Accelerator(CheckpointingMixin):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
-        self.checkpointer = Checkpointer(self.project_configuration, unwrap=self.unwrap_model)
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
 
     # ------------------------------------------------------------------ facts about the job
     @property
@@ -459,31 +459,43 @@ class Accelerator(CheckpointingMixin):
         for opt in optimizers:
             self.precision.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
 
-    def _prepare_gradients_for_clipping(self) -> bool:
+    def _gradient_scale(self) -> float:
+        """Factor the gradients carry now: 1 once unscaled, the fp16 loss scale otherwise.
+
+        On a synchronising step the gradients are completed (XLA) and unscaled here, once per
+        step. On an accumulation micro-step they stay scaled: unscaling a partial gradient would
+        mix unscaled and scaled values when the next micro-step adds to it.
+        """
         if not self.sync_gradients:
-            return False
+            return self.precision.gradient_scale()
         for optimizer in self._optimizers:
             self.strategy.before_clipping(optimizer.optimizer)
         self.unscale_gradients()
-        return True
+        return 1.0
 
     def clip_grad_norm_(
         self, parameters: Any, max_norm: float, norm_type: float = 2.0
-    ) -> torch.Tensor | None:
-        """Clip the global gradient norm; returns the total norm before clipping.
+    ) -> torch.Tensor:
+        """Clip the gradient norm of ``parameters`` to ``max_norm``; returns the norm before.
 
-        Gradients are unscaled first under fp16. On accumulation micro-steps that do not
-        synchronise, gradients are incomplete, so nothing is clipped and ``None`` is returned;
-        the call on the synchronising step clips the full gradient.
+        Clips on every call, as Accelerate does. On a synchronising step that is the full
+        gradient (unscaled first under fp16); on an accumulation micro-step it is the gradient
+        accumulated so far on this process (under fp16 the norm is computed and clipped on the
+        still-scaled gradient, and returned unscaled).
         """
-        if not self._prepare_gradients_for_clipping():
-            return None
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        tensors = _parameter_list(parameters)
+        scale = self._gradient_scale()
+        norm = torch.nn.utils.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
+        return norm if scale == 1.0 else norm / scale
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
-        """Clip gradients element-wise (after unscaling), on synchronising steps only."""
-        if self._prepare_gradients_for_clipping():
-            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        """Clamp every gradient of ``parameters`` to ``[-clip_value, clip_value]``, on every call.
+
+        Gradients are unscaled first on synchronising steps under fp16; on micro-steps the
+        bound is applied to the still-scaled gradient (``clip_value`` times the loss scale).
+        """
+        tensors = _parameter_list(parameters)
+        torch.nn.utils.clip_grad_value_(tensors, clip_value * self._gradient_scale())
 
     # ------------------------------------------------------------------ collectives
     def gather(self, tensor: Any) -> Any:
@@ -527,12 +539,29 @@ class Accelerator(CheckpointingMixin):
 
     # ------------------------------------------------------------------ models
     def unwrap_model(
-        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+        self,
+        model: torch.nn.Module,
+        keep_fp32_wrapper: bool = True,
+        keep_torch_compile: bool = True,
     ) -> torch.nn.Module:
-        """The user's model inside any distributed, compile or precision wrapper."""
+        """The user's model inside any distributed or strategy wrapper.
+
+        Args:
+            model: A prepared model.
+            keep_fp32_wrapper: Keep the mixed-precision forward patch.
+            keep_torch_compile: Return it still compiled when ``dynamo_backend`` (or the user)
+                compiled it, as Accelerate does; False returns the plain module.
+        """
         return unwrap_model(
-            model, keep_fp32_wrapper=keep_fp32_wrapper, unwrappers=[self.strategy.unwrap]
+            model,
+            keep_fp32_wrapper=keep_fp32_wrapper,
+            unwrappers=[self.strategy.unwrap],
+            keep_torch_compile=keep_torch_compile,
         )
+
+    def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module whose state dict is saved: no wrapper at all, compile included."""
+        return self.unwrap_model(model, keep_torch_compile=False)
 
     # ------------------------------------------------------------------ process control
     def wait_for_everyone(self) -> None:
@@ -688,6 +717,13 @@ def _is_scheduler(obj: Any) -> bool:
         and hasattr(obj, "state_dict")
         and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
     )
+
+
+def _parameter_list(parameters: Any) -> list[torch.Tensor]:
+    """``parameters`` (a tensor or an iterable of tensors, possibly a generator) as a list."""
+    if isinstance(parameters, torch.Tensor):
+        return [parameters]
+    return list(parameters)
 
 
 def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandler]:

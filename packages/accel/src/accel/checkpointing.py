@@ -48,10 +48,8 @@ class CheckpointingMixin:
         """Whether this is global rank 0 (the Accelerator overrides this)."""
         raise NotImplementedError
 
-    def unwrap_model(
-        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
-    ) -> torch.nn.Module:
-        """The model inside its wrappers (the Accelerator overrides this)."""
+    def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model without any wrapper (the Accelerator overrides this)."""
         raise NotImplementedError
 
     def register_for_checkpointing(self, *objects: Any) -> None:
@@ -87,7 +85,7 @@ class CheckpointingMixin:
     ) -> None:
         """Write the unwrapped model's weights (main process only), sharded above ``max_shard_size``."""
         save_model_weights(
-            self.unwrap_model(model),
+            self._plain_model(model),
             save_directory,
             max_shard_size=max_shard_size,
             safe_serialization=safe_serialization,
@@ -108,7 +106,7 @@ class CheckpointingMixin:
         output_dir: PathLike | None = None,
         safe_serialization: bool = True,
         blocking: bool = True,
-    ) -> str | AsyncSave:
+    ) -> Path | AsyncSave:
         """Save the whole training state (call on every process).
 
         That is every prepared model, optimizer, scheduler and dataloader position, the grad
@@ -122,7 +120,8 @@ class CheckpointingMixin:
                 returned handle's ``wait()`` (or the next save/load) joins it.
 
         Returns:
-            The checkpoint folder, or the background save's handle.
+            The checkpoint folder (a ``pathlib.Path``, as Accelerate returns), or the background
+            save's handle.
         """
         result = self.checkpointer.save_state(
             output_dir,
@@ -135,14 +134,21 @@ class CheckpointingMixin:
             safe_serialization=safe_serialization,
             metadata={"step": self.step},
         )
-        return str(result) if isinstance(result, Path) else result
+        return result
 
-    def load_state(self, input_dir: PathLike | None = None, strict: bool = True) -> None:
+    def load_state(
+        self, input_dir: PathLike | None = None, strict: bool = True, allow_pickle: bool = False
+    ) -> None:
         """Restore what :meth:`save_state` saved into the prepared objects (call on every process).
+
+        Also imports a folder written by Hugging Face Accelerate's ``save_state``, to switch
+        libraries mid-training; its pickled files are only read with ``allow_pickle=True``.
 
         Args:
             input_dir: Checkpoint folder; ``None`` takes the newest complete automatically named one.
             strict: Model keys must match exactly.
+            allow_pickle: Trust pickled files (``.bin``/``.pkl``, which can run code when loaded):
+                those of an Accelerate checkpoint, or states saved with pickle. Default: refuse.
         """
         loaded = self.checkpointer.load_state(
             input_dir,
@@ -152,5 +158,6 @@ class CheckpointingMixin:
             dataloaders=self._dataloaders,
             scaler=self.scaler,
             strict=strict,
+            allow_pickle=allow_pickle,
         )
         self.step = int(loaded.metadata.get("step", 0))

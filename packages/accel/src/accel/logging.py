@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Any
 
-from accel.errors import AccelError
+from accel.errors import AcceleratorConfigError, AccelError
 from accel_state import PartialState
 
 
@@ -50,14 +51,48 @@ class MultiProcessAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         self.warning(*args, **kwargs)
 
 
+#: Environment variables read for the default level, first set wins.
+LOG_LEVEL_VARIABLES = ("ACCEL_LOG_LEVEL", "ACCELERATE_LOG_LEVEL")
+
+
+def _default_level() -> str | None:
+    for name in LOG_LEVEL_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
 def get_logger(name: str, log_level: str | int | None = None) -> MultiProcessAdapter:
     """A logger whose calls take ``main_process_only=True`` and ``in_order=False`` options.
 
+    As in Accelerate, a level (given, or read from the environment) is set on the named logger
+    and on the root logger.
+
     Args:
         name: Logger name, usually ``__name__``.
-        log_level: Level to set on the logger (``"INFO"``, ``logging.DEBUG``...); default unchanged.
+        log_level: Level (``"INFO"``, ``logging.DEBUG``...); default: ``ACCEL_LOG_LEVEL``, else
+            ``ACCELERATE_LOG_LEVEL``, else the levels are left unchanged.
+
+    Raises:
+        AcceleratorConfigError: The level is not a logging level name or number (a
+            ``ValueError``, as logging raises).
     """
     logger = logging.getLogger(name)
-    if log_level is not None:
-        logger.setLevel(log_level.upper() if isinstance(log_level, str) else log_level)
+    level = log_level if log_level is not None else _default_level()
+    if level is not None:
+        resolved = level.upper() if isinstance(level, str) else level
+        try:
+            logger.setLevel(resolved)
+        except (ValueError, TypeError):
+            source = "log_level" if log_level is not None else _level_variable()
+            raise AcceleratorConfigError(
+                f"{source}={level!r} is not a logging level; use DEBUG, INFO, WARNING, ERROR, "
+                "CRITICAL or a number."
+            ) from None
+        logging.getLogger().setLevel(resolved)
     return MultiProcessAdapter(logger, {})
+
+
+def _level_variable() -> str:
+    return next(name for name in LOG_LEVEL_VARIABLES if os.environ.get(name, "").strip())

@@ -46,31 +46,86 @@ def remove_precision_forward(model: torch.nn.Module) -> None:
         model.forward = original  # type: ignore[method-assign]
 
 
+Unwrapper = Callable[[torch.nn.Module], torch.nn.Module | None]
+
+
+def _inner_module(
+    model: torch.nn.Module, unwrappers: Iterable[Unwrapper]
+) -> torch.nn.Module | None:
+    """The module directly inside ``model`` when it is a wrapper, else ``None``."""
+    inner: torch.nn.Module | None = getattr(model, "_orig_mod", None)
+    if inner is None and isinstance(
+        model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    ):
+        inner = model.module
+    for unwrap in unwrappers:
+        if inner is None:
+            inner = unwrap(model)
+    return None if inner is model else inner
+
+
+def _unwrap_children(module: torch.nn.Module, unwrappers: list[Unwrapper]) -> torch.nn.Module:
+    """``module`` without wrappers, its children (recursively) replaced by their inner modules."""
+    while True:
+        inner = _inner_module(module, unwrappers)
+        if inner is None:
+            wrapped = getattr(module, "module", None)  # FSDP/XLA-style wrappers of sub-layers
+            inner = wrapped if isinstance(wrapped, torch.nn.Module) else None
+        if inner is None:
+            break
+        module = inner
+    for name, child in list(module.named_children()):
+        unwrapped = _unwrap_children(child, unwrappers)
+        if unwrapped is not child:
+            setattr(module, name, unwrapped)
+    return module
+
+
+def _keep_compiled(compiled: torch.nn.Module, inner: torch.nn.Module) -> torch.nn.Module:
+    """``compiled`` when it wraps ``inner`` directly, else a compiled wrapper of ``inner``.
+
+    The new wrapper reuses the compiled module's dynamo context (backend and options); the
+    prepared model is left as it was.
+    """
+    if getattr(compiled, "_orig_mod", None) is inner:
+        return compiled
+    context = getattr(compiled, "dynamo_ctx", None)
+    if context is None:
+        return inner
+    return type(compiled)(inner, context)  # type: ignore[call-arg]
+
+
 def unwrap_model(
     model: torch.nn.Module,
     keep_fp32_wrapper: bool = True,
-    unwrappers: Iterable[Callable[[torch.nn.Module], torch.nn.Module | None]] = (),
+    unwrappers: Iterable[Unwrapper] = (),
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
 ) -> torch.nn.Module:
-    """Peel off ``torch.compile``, DDP/DataParallel and strategy wrappers.
+    """Peel off DDP/DataParallel, strategy and (unless kept) ``torch.compile`` wrappers.
 
     Args:
         model: A prepared (or plain) model.
         keep_fp32_wrapper: Keep the mixed-precision forward patch; False restores the original.
         unwrappers: Extra functions returning the inner module of a wrapper, or ``None``.
+        keep_torch_compile: Return the model still compiled (as Accelerate does by default): the
+            outermost ``torch.compile`` wrapper around the unwrapped model. False returns the
+            plain module.
+        recursive: Also replace wrapped sub-modules (any child with a ``module`` sub-module,
+            as FSDP wraps layers) by their inner modules, in place.
     """
     extra = list(unwrappers)
-    while True:
-        inner: torch.nn.Module | None = getattr(model, "_orig_mod", None)
-        if inner is None and isinstance(
-            model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-        ):
-            inner = model.module
-        for unwrap in extra:
-            if inner is None:
-                inner = unwrap(model)
-        if inner is None or inner is model:
-            break
+    compiled: torch.nn.Module | None = None
+    inner = _inner_module(model, extra)
+    while inner is not None:
+        if compiled is None and getattr(model, "_orig_mod", None) is inner:
+            compiled = model
         model = inner
+        inner = _inner_module(model, extra)
+    if recursive:
+        model = _unwrap_children(model, extra)
     if not keep_fp32_wrapper:
         remove_precision_forward(model)
+    if keep_torch_compile and compiled is not None:
+        return _keep_compiled(compiled, model)
     return model

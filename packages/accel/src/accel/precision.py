@@ -41,6 +41,10 @@ class Precision:
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divide the gradients by the loss scale (no-op without a scaler)."""
 
+    def gradient_scale(self) -> float:
+        """The factor not-yet-unscaled gradients carry (1 without a scaler)."""
+        return 1.0
+
     def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
         """Step the optimizer; return True when the step was skipped (inf/nan gradients)."""
         optimizer.step(**kwargs)
@@ -76,6 +80,12 @@ class FP16Precision(Precision):
         if id(optimizer) not in self._unscaled:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
+
+    def gradient_scale(self) -> float:
+        """The current loss scale; 1 when disabled or already unscaled since the last step."""
+        if self._unscaled or not self.scaler.is_enabled():
+            return 1.0
+        return float(self.scaler.get_scale())
 
     def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
         """Step through the scaler; return True when inf/nan gradients made it skip.

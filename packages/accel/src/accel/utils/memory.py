@@ -13,11 +13,11 @@ import torch
 R = TypeVar("R")
 
 _OUT_OF_MEMORY_MESSAGES = (
-    "CUDA out of memory.",
+    " out of memory.",  # CUDA, HIP (ROCm), XPU: "<device> out of memory. Tried to allocate..."
+    "MPS backend out of memory",
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
     "DefaultCPUAllocator: can't allocate memory",
-    "XPU out of memory.",
-    "MPS backend out of memory",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",  # Gaudi (HPU)
 )
 
 
@@ -45,25 +45,39 @@ def clear_device_cache() -> None:
         xpu.empty_cache()
 
 
-def should_reduce_batch_size(error: BaseException) -> bool:
-    """Whether ``error`` means the device ran out of memory."""
-    if isinstance(error, torch.cuda.OutOfMemoryError):
+def should_reduce_batch_size(exception: BaseException) -> bool:
+    """Whether ``exception`` means the device ran out of memory (so a smaller batch may fit).
+
+    True for ``torch.OutOfMemoryError`` and for ``RuntimeError`` messages of CUDA, HIP (ROCm),
+    XPU, MPS and Gaudi out-of-memory, the CPU allocator's failure, and cuDNN's "not supported".
+    """
+    if isinstance(exception, torch.cuda.OutOfMemoryError):
         return True
     return (
-        isinstance(error, RuntimeError)
-        and len(error.args) == 1
-        and any(message in str(error.args[0]) for message in _OUT_OF_MEMORY_MESSAGES)
+        isinstance(exception, RuntimeError)
+        and len(exception.args) == 1
+        and isinstance(exception.args[0], str)
+        and any(message in exception.args[0] for message in _OUT_OF_MEMORY_MESSAGES)
     )
 
 
 def find_executable_batch_size(
     function: Callable[..., R] | None = None,
     starting_batch_size: int = 128,
-    reduce_batch_size_fn: Callable[[int], int] | None = None,
+    reduce_batch_size_fn: Callable[[], int] | None = None,
 ) -> Any:
-    """Decorator: call ``function(batch_size, ...)``, halving ``batch_size`` after each out-of-memory.
+    """Decorator: call ``function(batch_size, ...)``, with a smaller batch after each out-of-memory.
 
     The decorated function takes ``batch_size`` as its first parameter; callers do not pass it.
+    After an out-of-memory error (see :func:`should_reduce_batch_size`) the batch size becomes
+    ``int(batch_size * 0.9)`` (128, 115, 103, 92...), or ``reduce_batch_size_fn()``. The size
+    that last ran is remembered: the next call of the decorated function starts from it.
+
+    Args:
+        function: The function to wrap (omit it to get a decorator with these settings).
+        starting_batch_size: The first batch size tried.
+        reduce_batch_size_fn: Called with no arguments after each out-of-memory error; returns
+            the next batch size to try.
 
     Example:
         >>> @find_executable_batch_size(starting_batch_size=64)
@@ -81,11 +95,17 @@ def find_executable_batch_size(
             starting_batch_size=starting_batch_size,
             reduce_batch_size_fn=reduce_batch_size_fn,
         )
-    reduce = reduce_batch_size_fn or (lambda size: size // 2)
     target = function
+    batch_size = starting_batch_size
+
+    def reduce() -> int:
+        if reduce_batch_size_fn is not None:
+            return reduce_batch_size_fn()
+        return int(batch_size * 0.9)
 
     @functools.wraps(target)
     def run(*args: Any, **kwargs: Any) -> R:
+        nonlocal batch_size
         parameters = list(inspect.signature(target).parameters)
         if len(parameters) < len(args) + 1:
             names = ", ".join(
@@ -95,12 +115,12 @@ def find_executable_batch_size(
                 f"{target.__name__}() got its batch size from find_executable_batch_size; call it "
                 f"without the first argument (got {names or 'extra positional arguments'})."
             )
-        batch_size = starting_batch_size
         clear_device_cache()
         while True:
             if batch_size <= 0:
                 raise RuntimeError(
-                    f"find_executable_batch_size: no batch size from {starting_batch_size} down to 1 fits."
+                    f"find_executable_batch_size: no batch size from {starting_batch_size} down "
+                    f"to 1 fits (reached {batch_size})."
                 )
             try:
                 return target(batch_size, *args, **kwargs)
@@ -108,6 +128,6 @@ def find_executable_batch_size(
                 if not should_reduce_batch_size(error):
                     raise
                 clear_device_cache()
-                batch_size = reduce(batch_size)
+                batch_size = reduce()
 
     return run
