@@ -59,11 +59,12 @@ def test_resume_mid_epoch_matches_the_uninterrupted_run(mode):
     for step, _ in enumerate(interrupted):
         if step + 1 == stop:
             break
-    state = interrupted.state_dict()
+    state, rng = interrupted.state_dict(), torch.get_rng_state()
     assert_plain(state)
     assert (state["epoch"], state["batches_yielded"]) == (0, stop)
-    resumed = build(mode, seed=99)  # another seed: the state alone decides
+    resumed = build(mode, seed=99)  # another seed: the state decides the rest of the epoch ...
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # ... and later shuffles follow torch's generator (save_state has it)
     assert resumed.state_dict()["batches_yielded"] == stop
     assert epochs(resumed, 2) == [reference[0][stop:], reference[1]]
 
@@ -73,10 +74,11 @@ def test_resume_between_epochs(mode):
     reference = epochs(build(mode, seed=4), 3)
     finished = build(mode, seed=4)
     epochs(finished, 1)
-    state = finished.state_dict()
+    state, rng = finished.state_dict(), torch.get_rng_state()
     assert (state["epoch"], state["batches_yielded"]) == (1, 0)
     resumed = build(mode, seed=5)
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # restored with the state by load_state
     assert epochs(resumed, 2) == reference[1:]
 
 
@@ -84,10 +86,11 @@ def test_resume_after_the_last_batch_without_leaving_the_loop():
     reference = epochs(build("shuffle", seed=6), 2)
     interrupted = build("shuffle", seed=6)
     for _ in interrupted:
-        state = interrupted.state_dict()
+        state, rng = interrupted.state_dict(), torch.get_rng_state()
     assert state["batches_yielded"] == len(reference[0])
     resumed = build("shuffle", seed=7)
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # restored with the state by load_state
     assert epochs(resumed, 2) == [[], reference[1]]
 
 
@@ -119,8 +122,8 @@ def test_skip_first_batches_of_a_plain_dataloader():
 
 
 def test_skip_first_batches_of_a_prepared_dataloader():
-    loader = build("shuffle", seed=1)
     reference = epochs(build("shuffle", seed=1), 1)[0]
+    loader = build("shuffle", seed=1)  # the global generator back where the reference started
     skipped = skip_first_batches(loader, 2)
     assert isinstance(skipped, DataLoaderShard)
     assert [values(b) for b in skipped] == reference[2:]
