@@ -152,3 +152,20 @@ def test_resumed_iteration_leaves_the_global_generator_alone():
     before = torch.get_rng_state()
     next(iter(resumed))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("mode", ["shuffle", "workers", "seedable", "iterable"])
+def test_resume_between_epochs_draws_what_the_uninterrupted_run_draws(mode):
+    # The next epoch starts after the save: its iterator's base seed (and a generator-less
+    # RandomSampler's seed) come from the restored global generator, as in the uninterrupted
+    # run. Dropout and the like then see the same random numbers.
+    uninterrupted = build(mode, seed=8)
+    epochs(uninterrupted, 1)
+    state, rng = uninterrupted.state_dict(), torch.get_rng_state()
+    expected = epochs(uninterrupted, 2)
+    expected_rng = torch.get_rng_state()
+    resumed = build(mode, seed=9)
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    assert epochs(resumed, 2) == expected
+    assert torch.equal(torch.get_rng_state(), expected_rng)
