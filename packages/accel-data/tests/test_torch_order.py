@@ -65,6 +65,16 @@ def test_one_process_matches_plain_pytorch_with_split_batches():
         assert_same_states(prepared, plain, ("generator", "torch"), "split")
 
 
+@pytest.mark.parametrize("name", ["shuffle_generator", "shuffle", "custom_sampler", "sequential"])
+def test_one_process_dispatching_matches_plain_pytorch(name):
+    result = plain_and_prepared(
+        CASES[name], seed=5, epochs=EPOCHS, put_on_device=True, dispatch_batches=True
+    )
+    for plain, prepared in zip(result["plain"], result["prepared"], strict=True):
+        assert prepared["batches"] == plain["batches"]
+        assert_same_states(prepared, plain, ("generator", "torch"), name)
+
+
 def check_job(world_size: int, results: list[dict], cases: list[str], split: bool) -> None:
     """Process 0's plain run is the reference order; every process drew like its own plain run."""
     for name in cases:
