@@ -169,3 +169,22 @@ def test_resume_between_epochs_draws_what_the_uninterrupted_run_draws(mode):
     torch.set_rng_state(rng)
     assert epochs(resumed, 2) == expected
     assert torch.equal(torch.get_rng_state(), expected_rng)
+
+
+@pytest.mark.parametrize("mode", list(BUILDERS))
+def test_accelerate_recipe_load_then_skip_first_batches(mode):
+    # Accelerate's mid-epoch resume: restore the state, iterate skip_first_batches(loader, k)
+    # for the rest of the epoch, then the loader itself for the next epochs.
+    reference = epochs(build(mode, seed=12), 2)
+    interrupted = build(mode, seed=12)
+    stop = 3
+    for step, _ in enumerate(interrupted):
+        if step + 1 == stop:
+            break
+    state, rng = interrupted.state_dict(), torch.get_rng_state()
+    resumed = build(mode, seed=13)
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    skipped = skip_first_batches(resumed, stop)
+    assert [values(batch) for batch in skipped] == reference[0][stop:]
+    assert epochs(resumed, 1) == [reference[1]]

@@ -53,7 +53,7 @@ def dataloader_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class ResumePoint:
-    """Where a loaded mid-epoch state asks the next iteration to start (``batches`` > 0).
+    """Where a loaded mid-epoch state asks the next iteration to start (in that epoch).
 
     A state saved between epochs needs none: the next iteration is an ordinary epoch start,
     drawing from the generators as the uninterrupted run did after its save.
@@ -238,6 +238,18 @@ class DataLoaderStateMixin:
         return None
 
     # ------------------------------------------------------------------ resume
+    def _reposition_resume(self, batches: int) -> bool:
+        """Start the pending resumed epoch at batch ``batches`` instead; whether one is pending.
+
+        A loaded mid-epoch state is pending until the next iteration starts. ``batches`` counts
+        from the start of that epoch, as ``skip_first_batches`` does.
+        """
+        if self._resume is None:
+            return False
+        self._resume = dataclasses.replace(self._resume, batches=batches)
+        self._batches_yielded = batches
+        return True
+
     def _take_resume(self) -> ResumePoint | None:
         resume, self._resume = self._resume, None
         return resume
