@@ -6,7 +6,8 @@ custom object, with automatic checkpoint naming and ``total_limit=2``:
 ``--phase train`` runs epochs 0-2 with ``save_state()`` after each (checkpoints 0-2), epoch 3 with
 a ``save_state()`` after its batch ``MID`` (checkpoint 3, mid-epoch; checkpoints 0 and 1 are
 gone), then epoch 4. In the same process it then loads checkpoint 2 and trains epochs 3-4
-again, and loads checkpoint 3 and finishes epoch 3 and trains epoch 4 again.
+again, and loads checkpoint 3 and finishes epoch 3 and trains epoch 4 again (twice: with the
+loader itself, and Accelerate's way with ``skip_first_batches`` for the rest of epoch 3).
 
 ``--phase resume --checkpoint PATH`` (a fresh process, another seed) loads ``PATH`` (the newest
 checkpoint when empty) and trains to the end of epoch 4.
@@ -70,11 +71,18 @@ progress = Progress()
 accelerator.register_for_checkpointing(progress)
 
 
-def train(records: list, save_mid_epoch: bool = False) -> None:
-    """Train from ``progress`` to the end; save after each of epochs 0-2 and mid-epoch 3."""
+def train(records: list, save_mid_epoch: bool = False, skip_first: bool = False) -> None:
+    """Train from ``progress`` to the end; save after each of epochs 0-2 and mid-epoch 3.
+
+    ``skip_first``: continue a resumed epoch as Accelerate's examples do, through
+    ``skip_first_batches`` for that epoch.
+    """
     while progress.epoch < EPOCHS:
         model.train()
-        for x, y in loader:
+        active = loader
+        if skip_first and progress.batch:
+            active = accelerator.skip_first_batches(loader, progress.batch)
+        for x, y in active:
             loss = torch.nn.functional.mse_loss(model(x), y)
             accelerator.backward(loss)
             optimizer.step()
@@ -102,10 +110,14 @@ if args.phase == "train":
     train(records, save_mid_epoch=True)
     runs["uninterrupted"] = {"records": records, "weights": weights()}
     runs["checkpoints"] = sorted(path.name for path in checkpoints.iterdir())
-    for name, checkpoint in (("same_boundary", "checkpoint_2"), ("same_mid", "checkpoint_3")):
+    for name, checkpoint, skip_first in (
+        ("same_boundary", "checkpoint_2", False),
+        ("same_mid", "checkpoint_3", False),
+        ("same_mid_skip_first_batches", "checkpoint_3", True),
+    ):
         accelerator.load_state(str(checkpoints / checkpoint))
         records = []
-        train(records)
+        train(records, skip_first=skip_first)
         runs[name] = {"records": records, "weights": weights()}
 else:
     accelerator.load_state(args.checkpoint or None)

@@ -53,11 +53,13 @@ def test_resume_at_epoch_boundary_and_mid_epoch_is_exact(tmp_path, world_size):
             "new_boundary": from_(full["records"], 3, 0),
             # checkpoint 3 (the newest): saved after batch MID of epoch 3
             "same_mid": from_(full["records"], 3, MID + 1),
+            "same_mid_skip_first_batches": from_(full["records"], 3, MID + 1),
             "new_mid": from_(full["records"], 3, MID + 1),
         }
         resumed = {
             "same_boundary": runs["same_boundary"],
             "same_mid": runs["same_mid"],
+            "same_mid_skip_first_batches": runs["same_mid_skip_first_batches"],
             "new_boundary": boundary[rank]["resumed"],
             "new_mid": newest[rank]["resumed"],
         }
