@@ -2,9 +2,9 @@
 
 A prepared dataloader must leave every generator where plain PyTorch leaves it after each epoch,
 or the next epoch (and everything else drawing from that generator) diverges from PyTorch. These
-helpers reproduce ``RandomSampler.__iter__`` (checked against torch 2.13): the seed it draws from torch's
-global generator when it has none, the ``randint`` chunks of 32 with replacement, and the whole
-permutations without (the last one partly discarded, but always drawn).
+helpers reproduce ``RandomSampler.__iter__`` (checked against torch 2.13): the seed it draws from
+torch's global generator when it has none, the ``randint`` chunks of 32 with replacement, and the
+whole permutations without (the last one partly discarded, but always drawn).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def draw_seed(generator: torch.Generator | None = None) -> int:
 
 
 def peek_seed(skip: int = 0) -> int:
-    """The seed :func:`draw_seed` would return after ``skip`` draws; the global generator is unchanged."""
+    """The seed :func:`draw_seed` would return after ``skip`` draws, leaving the generator alone."""
     state = torch.get_rng_state()
     try:
         for _ in range(skip):
