@@ -134,7 +134,11 @@ def resume_phase_one(modes: list[str], stop: int) -> dict:
         for step, _ in enumerate(interrupted):
             if step + 1 == stop:
                 break
-        out[mode] = {"reference": reference, "state": interrupted.state_dict()}
+        out[mode] = {
+            "reference": reference,
+            "state": interrupted.state_dict(),
+            "rng": torch.get_rng_state(),  # what save_state keeps next to the loader's state
+        }
     return out
 
 
@@ -145,5 +149,6 @@ def resume_phase_two(modes: list[str], states: list[dict]) -> dict:
     for mode in modes:
         loader = build_for_resume(mode, 1000)
         loader.load_state_dict(states[rank][mode]["state"])
+        torch.set_rng_state(states[rank][mode]["rng"])
         out[mode] = [[values(b) for b in loader] for _ in range(2)]
     return out

@@ -143,13 +143,23 @@ def test_device_placement_keeps_nested_structures():
 
 def shuffled_epochs(n, seed, epochs=2, **options):
     # Simulated ranks live in one process: each starts from the same seed, as processes of a
-    # job do after set_seed (the real cross-process synchronisation is tested with workers).
-    loaders = []
+    # job do after set_seed (the real cross-process synchronisation is tested with workers),
+    # and draws from its own copy of torch's global generator, as a process does.
+    loaders, rng_states = [], []
     for rank in range(n):
         set_seed(seed)
         loader = DataLoader(numbers(24), batch_size=3, shuffle=True)
         loaders.append(prepare_data_loader(loader, num_processes=n, process_index=rank, **options))
-    return [[[values(batch) for batch in loader] for loader in loaders] for _ in range(epochs)]
+        rng_states.append(torch.get_rng_state())
+    result = []
+    for _ in range(epochs):
+        per_rank = []
+        for rank, loader in enumerate(loaders):
+            torch.set_rng_state(rng_states[rank])
+            per_rank.append([values(batch) for batch in loader])
+            rng_states[rank] = torch.get_rng_state()
+        result.append(per_rank)
+    return result
 
 
 def test_shuffling_agrees_across_ranks_changes_per_epoch_and_repeats_with_the_seed():

@@ -59,11 +59,12 @@ def test_resume_mid_epoch_matches_the_uninterrupted_run(mode):
     for step, _ in enumerate(interrupted):
         if step + 1 == stop:
             break
-    state = interrupted.state_dict()
+    state, rng = interrupted.state_dict(), torch.get_rng_state()
     assert_plain(state)
     assert (state["epoch"], state["batches_yielded"]) == (0, stop)
-    resumed = build(mode, seed=99)  # another seed: the state alone decides
+    resumed = build(mode, seed=99)  # another seed: the state decides the rest of the epoch ...
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # ... and later shuffles follow torch's generator (save_state has it)
     assert resumed.state_dict()["batches_yielded"] == stop
     assert epochs(resumed, 2) == [reference[0][stop:], reference[1]]
 
@@ -73,10 +74,11 @@ def test_resume_between_epochs(mode):
     reference = epochs(build(mode, seed=4), 3)
     finished = build(mode, seed=4)
     epochs(finished, 1)
-    state = finished.state_dict()
+    state, rng = finished.state_dict(), torch.get_rng_state()
     assert (state["epoch"], state["batches_yielded"]) == (1, 0)
     resumed = build(mode, seed=5)
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # restored with the state by load_state
     assert epochs(resumed, 2) == reference[1:]
 
 
@@ -84,10 +86,11 @@ def test_resume_after_the_last_batch_without_leaving_the_loop():
     reference = epochs(build("shuffle", seed=6), 2)
     interrupted = build("shuffle", seed=6)
     for _ in interrupted:
-        state = interrupted.state_dict()
+        state, rng = interrupted.state_dict(), torch.get_rng_state()
     assert state["batches_yielded"] == len(reference[0])
     resumed = build("shuffle", seed=7)
     resumed.load_state_dict(state)
+    torch.set_rng_state(rng)  # restored with the state by load_state
     assert epochs(resumed, 2) == [[], reference[1]]
 
 
@@ -119,8 +122,8 @@ def test_skip_first_batches_of_a_plain_dataloader():
 
 
 def test_skip_first_batches_of_a_prepared_dataloader():
-    loader = build("shuffle", seed=1)
     reference = epochs(build("shuffle", seed=1), 1)[0]
+    loader = build("shuffle", seed=1)  # the global generator back where the reference started
     skipped = skip_first_batches(loader, 2)
     assert isinstance(skipped, DataLoaderShard)
     assert [values(b) for b in skipped] == reference[2:]
@@ -149,3 +152,39 @@ def test_resumed_iteration_leaves_the_global_generator_alone():
     before = torch.get_rng_state()
     next(iter(resumed))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("mode", ["shuffle", "workers", "seedable", "iterable"])
+def test_resume_between_epochs_draws_what_the_uninterrupted_run_draws(mode):
+    # The next epoch starts after the save: its iterator's base seed (and a generator-less
+    # RandomSampler's seed) come from the restored global generator, as in the uninterrupted
+    # run. Dropout and the like then see the same random numbers.
+    uninterrupted = build(mode, seed=8)
+    epochs(uninterrupted, 1)
+    state, rng = uninterrupted.state_dict(), torch.get_rng_state()
+    expected = epochs(uninterrupted, 2)
+    expected_rng = torch.get_rng_state()
+    resumed = build(mode, seed=9)
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    assert epochs(resumed, 2) == expected
+    assert torch.equal(torch.get_rng_state(), expected_rng)
+
+
+@pytest.mark.parametrize("mode", list(BUILDERS))
+def test_accelerate_recipe_load_then_skip_first_batches(mode):
+    # Accelerate's mid-epoch resume: restore the state, iterate skip_first_batches(loader, k)
+    # for the rest of the epoch, then the loader itself for the next epochs.
+    reference = epochs(build(mode, seed=12), 2)
+    interrupted = build(mode, seed=12)
+    stop = 3
+    for step, _ in enumerate(interrupted):
+        if step + 1 == stop:
+            break
+    state, rng = interrupted.state_dict(), torch.get_rng_state()
+    resumed = build(mode, seed=13)
+    resumed.load_state_dict(state)
+    torch.set_rng_state(rng)
+    skipped = skip_first_batches(resumed, stop)
+    assert [values(batch) for batch in skipped] == reference[0][stop:]
+    assert epochs(resumed, 1) == [reference[1]]

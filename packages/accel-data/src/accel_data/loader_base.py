@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from accel_data.errors import ResumeStateError
 from accel_data.iterable import IterableDatasetShard
+from accel_data.random_order import GlobalSeedRandomSampler, SeedDraw, peek_seed
 from accel_data.samplers import (
     BatchSamplerShard,
     SeedableRandomSampler,
@@ -52,7 +53,11 @@ def dataloader_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class ResumePoint:
-    """Where a loaded state dictionary asks the next iteration to start."""
+    """Where a loaded mid-epoch state asks the next iteration to start (in that epoch).
+
+    A state saved between epochs needs none: the next iteration is an ordinary epoch start,
+    drawing from the generators as the uninterrupted run did after its save.
+    """
 
     batches: int
     base_rng_state: torch.Tensor | None
@@ -180,6 +185,7 @@ class DataLoaderStateMixin:
 
     def _open_epoch(self, resume: ResumePoint | None) -> None:
         """Start an iteration: epoch, generator states, position, ``GradientState`` registration."""
+        self._start_generators(fresh=resume is None)
         self.set_epoch(self.iteration)
         self._capture_epoch_start(resume)
         self._batches_yielded = 0 if resume is None else resume.batches
@@ -196,6 +202,35 @@ class DataLoaderStateMixin:
         self._in_epoch = False
         self.end()
 
+    def _start_generators(self, fresh: bool) -> None:
+        """Prepare the shuffle of the epoch about to start (``fresh``: not a resumed one).
+
+        A :class:`GlobalSeedRandomSampler` gets its seed now: the one its iteration would draw
+        from torch's global generator after the iterator's base seed, so the order is plain
+        PyTorch's; the iteration then only consumes that draw. A resumed epoch draws nothing:
+        its generator state comes from the checkpoint, and the global generator is already past
+        the draw. Subclasses synchronise generators around this.
+        """
+        sampler = self._global_seed_sampler()
+        if sampler is None:
+            return
+        if not fresh:
+            sampler.seed_draw = SeedDraw.SKIP
+            return
+        sampler.generator.manual_seed(peek_seed(skip=self._base_seed_draws()))
+        sampler.seed_draw = SeedDraw.DISCARD
+
+    def _base_seed_draws(self) -> int:
+        """Draws from torch's global generator when this epoch's iterator is created (0 or 1)."""
+        reused = self.num_workers > 0 and getattr(self, "_iterator", None) is not None
+        return 0 if reused or self.generator is not None else 1
+
+    def _global_seed_sampler(self) -> GlobalSeedRandomSampler | None:
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, GlobalSeedRandomSampler):
+                return node
+        return None
+
     def _seedable_sampler(self) -> SeedableRandomSampler | None:
         for node in sampler_chain(self._own_batch_sampler()):
             if isinstance(node, SeedableRandomSampler):
@@ -203,6 +238,18 @@ class DataLoaderStateMixin:
         return None
 
     # ------------------------------------------------------------------ resume
+    def _reposition_resume(self, batches: int) -> bool:
+        """Start the pending resumed epoch at batch ``batches`` instead; whether one is pending.
+
+        A loaded mid-epoch state is pending until the next iteration starts. ``batches`` counts
+        from the start of that epoch, as ``skip_first_batches`` does.
+        """
+        if self._resume is None:
+            return False
+        self._resume = dataclasses.replace(self._resume, batches=batches)
+        self._batches_yielded = batches
+        return True
+
     def _take_resume(self) -> ResumePoint | None:
         resume, self._resume = self._resume, None
         return resume
@@ -236,9 +283,10 @@ class DataLoaderStateMixin:
         else:
             self._pending_drop = max(skip - keep_first, 0)
         # Creating a DataLoader iterator draws its base seed from torch's global generator. An
-        # uninterrupted run drew it at the start of the epoch, before the state was saved, so a
-        # resumed iteration must leave the restored global generator untouched (and reproduce
-        # the same worker seeds when the epoch-start state is known).
+        # interrupted run drew it at the start of the epoch, before its mid-epoch state was
+        # saved, so a resumed iteration must leave the restored global generator untouched (and
+        # reproduce the same worker seeds when the epoch-start state is known). A state saved
+        # between epochs resumes as an ordinary epoch (no ``resume``), which draws it.
         saved_rng = torch.get_rng_state() if resume is not None else None
         if resume is not None and resume.base_rng_state is not None:
             torch.set_rng_state(resume.base_rng_state)
@@ -327,7 +375,8 @@ class DataLoaderStateMixin:
         self.iteration = epoch
         self._batches_yielded = batches
         self._in_epoch = False
+        self._resume = None
         if batches:
             self._epoch_generator_state = generator_state
             self._epoch_base_rng_state = state_dict["base_rng_state"]
-        self._resume = ResumePoint(batches, state_dict["base_rng_state"] if batches else None)
+            self._resume = ResumePoint(batches, state_dict["base_rng_state"])

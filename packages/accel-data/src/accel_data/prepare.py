@@ -13,6 +13,7 @@ from accel_data.dispatcher import DataLoaderDispatcher
 from accel_data.errors import DataConfigurationError
 from accel_data.iterable import IterableDatasetShard
 from accel_data.loader_base import dataloader_kwargs
+from accel_data.random_order import GlobalSeedRandomSampler
 from accel_data.rng import _as_rng_type
 from accel_data.samplers import BatchSamplerShard, SeedableRandomSampler, check_split_batch_size
 from accel_data.shard_loader import DataLoaderShard
@@ -192,12 +193,17 @@ def _prepare_sampler(
 ) -> tuple[Any, torch.Generator | None]:
     """Give the index sampler a generator of its own (or a seedable sampler).
 
+    A ``RandomSampler`` without one becomes a :class:`GlobalSeedRandomSampler` (PyTorch's order);
+    other samplers keep the user's generator, or get one seeded from the global generator.
+
     Returns the batch sampler to shard (a copy when its sampler changed) and the generator to
-    synchronise at each epoch (``None`` for a seedable sampler, which reseeds itself).
+    synchronise at each epoch (``None`` for a seedable sampler, which reseeds itself, or when
+    there is none).
     """
     sampler = getattr(batch_sampler, "sampler", None)
-    if sampler is None:
-        return batch_sampler, None
+    if sampler is None:  # a batch sampler drawing indices itself: synchronise its own generator
+        own = getattr(batch_sampler, "generator", None)
+        return batch_sampler, own if isinstance(own, torch.Generator) else None
     if use_seedable_sampler and type(sampler) is RandomSampler:
         sampler = SeedableRandomSampler(
             sampler.data_source,  # type: ignore[arg-type]
@@ -206,12 +212,22 @@ def _prepare_sampler(
             data_seed=_agreed_seed(data_seed),
         )
         generator = None
+    elif type(sampler) is RandomSampler and sampler.generator is None:
+        # Draws its seed from the global generator every epoch, as torch does; the dataloader
+        # gives every process process 0's draw.
+        sampler = GlobalSeedRandomSampler(
+            sampler.data_source,
+            replacement=sampler.replacement,
+            num_samples=sampler._num_samples,
+        )
+        generator = sampler.generator
     elif isinstance(sampler, SeedableRandomSampler) or not hasattr(sampler, "generator"):
         return batch_sampler, None
     else:
         sampler = copy.copy(sampler)
         if sampler.generator is None:
-            # Seeded from the global generator, so set_seed decides the order; the epoch-start
+            # Other samplers draw from the global generator in their own ways: they get a
+            # generator seeded from it, so set_seed decides the order; the epoch-start
             # synchronisation makes every process agree.
             sampler.generator = torch.Generator()
             sampler.generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))

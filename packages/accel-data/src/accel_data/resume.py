@@ -61,7 +61,10 @@ def skip_first_batches(dataloader: DataLoader[Any], num_batches: int = 0) -> Dat
     dataloaders stay prepared (same shard, device, RNG synchronisation and epoch).
 
     Prepared dataloaders can also resume through ``state_dict()`` / ``load_state_dict()``, which
-    needs no second dataloader.
+    needs no second dataloader. One whose loaded mid-epoch state is still pending (Accelerate's
+    recipe: ``load_state``, then ``skip_first_batches``) is returned itself, its next iteration
+    continuing the interrupted epoch at batch ``num_batches`` with that epoch's order; the
+    epochs after it follow as in the uninterrupted run.
 
     Args:
         dataloader: A ``DataLoader``, ``DataLoaderShard`` or ``DataLoaderDispatcher``.
@@ -75,6 +78,8 @@ def skip_first_batches(dataloader: DataLoader[Any], num_batches: int = 0) -> Dat
         raise DataConfigurationError(
             f"skip_first_batches(num_batches={num_batches}) must be 0 or more."
         )
+    if isinstance(dataloader, DataLoaderStateMixin) and dataloader._reposition_resume(num_batches):
+        return dataloader
     dataset = dataloader.dataset
     kwargs = dataloader_kwargs(dataloader)
     per_batch = 1

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from accel_data.errors import BatchSizeError, DataConfigurationError
+from accel_data.random_order import GlobalSeedRandomSampler, random_sampler_indices
 
 
 class SeedableRandomSampler(RandomSampler):
@@ -56,27 +57,6 @@ class SeedableRandomSampler(RandomSampler):
         self.generator.manual_seed((self.initial_seed + self.epoch) % 2**64)
         yield from super().__iter__()
         self.set_epoch(self.epoch + 1)
-
-
-def random_sampler_indices(sampler: RandomSampler) -> list[int]:
-    """``list(sampler)`` for a ``RandomSampler`` with its own generator, drawn in bulk.
-
-    Gives the order ``RandomSampler.__iter__`` gives (a test checks it) without its
-    one-index-at-a-time Python generator, and without drawing the permutation it throws away
-    when ``num_samples`` is a multiple of the dataset size.
-    """
-    size, total, generator = len(sampler.data_source), sampler.num_samples, sampler.generator  # type: ignore[arg-type]
-    indices: list[int] = []
-    if sampler.replacement:
-        for _ in range(total // 32):
-            indices += torch.randint(size, (32,), dtype=torch.int64, generator=generator).tolist()
-        draw = torch.randint(size, (total % 32,), dtype=torch.int64, generator=generator)
-        return indices + draw.tolist()
-    for _ in range(total // size):
-        indices += torch.randperm(size, generator=generator).tolist()
-    if total % size:
-        indices += torch.randperm(size, generator=generator).tolist()[: total % size]
-    return indices
 
 
 def _check_shard(num_processes: int, process_index: int) -> None:
@@ -219,6 +199,8 @@ class BatchSamplerShard(BatchSampler):
         if type(batch_sampler) is not BatchSampler:
             return None
         sampler = batch_sampler.sampler
+        if type(sampler) is GlobalSeedRandomSampler:
+            return sampler.indices()
         if type(sampler) is RandomSampler and sampler.generator is not None:
             return random_sampler_indices(sampler)
         return list(sampler)

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from accel_data.loader_base import DataLoaderStateMixin, ResumePoint
-from accel_data.rng import synchronize_rng_states
+from accel_data.loader_base import DataLoaderStateMixin
+from accel_data.rng import _as_rng_type, synchronize_rng_state, synchronize_rng_states
 from accel_ops import send_to_device
 from accel_state.types import RNGType
 
@@ -66,16 +66,23 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
     def __len__(self) -> int:
         return max(super().__len__() - self.skip_batches, 0)
 
-    def _start_epoch(self, resume: ResumePoint | None) -> None:
-        # Mid-epoch resumes keep the generators as the checkpoint restored them: they were
-        # synchronised when the interrupted epoch started.
-        if self.rng_types and (resume is None or resume.batches == 0):
-            synchronize_rng_states(self.rng_types, self.synchronized_generator)
-        self._open_epoch(resume)
+    def _start_generators(self, fresh: bool) -> None:
+        """Synchronise ``rng_types`` from process 0 at the start of a fresh epoch.
+
+        The sampler's generator is synchronised last, after it got this epoch's seed from the
+        global generator (itself synchronised first when ``"torch"`` is listed). Mid-epoch
+        resumes keep the generators as the checkpoint restored them: they were synchronised
+        when the interrupted epoch started.
+        """
+        kinds = [_as_rng_type(kind) for kind in self.rng_types or ()] if fresh else []
+        synchronize_rng_states([kind for kind in kinds if kind != RNGType.GENERATOR])
+        super()._start_generators(fresh)
+        if RNGType.GENERATOR in kinds:
+            synchronize_rng_state(RNGType.GENERATOR, self.synchronized_generator)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         resume = self._take_resume()
-        self._start_epoch(resume)
+        self._open_epoch(resume)
         try:
             map_style = not isinstance(self.dataset, IterableDataset)
             iterator = self._create_base_iterator(resume, can_skip=map_style)
