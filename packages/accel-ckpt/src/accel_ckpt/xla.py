@@ -1,4 +1,4 @@
-"""XLA tensors in checkpoints: they have no host memory, so they are identified and read differently.
+"""XLA tensors in checkpoints: no host memory, so they are identified and copied differently.
 
 ``torch_xla`` is imported only when an XLA tensor is met (or when the job already imported it).
 """

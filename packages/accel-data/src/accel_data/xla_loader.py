@@ -1,13 +1,14 @@
-"""``MpDeviceLoaderWrapper``: a prepared loader whose batches reach the XLA device through torch_xla.
+"""``MpDeviceLoaderWrapper``: prepared batches reach the XLA device through torch_xla.
 
 torch_xla's device loader (``MpDeviceLoader``, which runs a ``ParallelLoader``) reads batches on a
 background thread, uploads them on another, and cuts the traced graph (``torch_xla.sync``) each
-time the training loop takes a batch. Wrapped around a whole prepared loader, its thread would also run the epoch bookkeeping, ahead of the
-loop: the end of the epoch would be announced to ``GradientState`` batches early (breaking
-gradient accumulation and ``gather_for_metrics``), generators would be synchronised on the wrong
-thread, and an error raised by the dataset would end the epoch silently. Here the background
-threads only read and upload; RNG synchronisation, end-of-epoch signalling, resume state and
-errors stay on the thread that iterates. ``torch_xla`` is imported only when iterating.
+time the training loop takes a batch. Wrapped around a whole prepared loader, its thread would
+also run the epoch bookkeeping ahead of the loop: the end of the epoch would reach
+``GradientState`` batches early (breaking gradient accumulation and ``gather_for_metrics``),
+generators would be synchronised on the wrong thread, and an error raised by the dataset would
+end the epoch silently. Here the background threads only read and upload; RNG synchronisation,
+end-of-epoch signalling, resume state and errors stay on the thread that iterates. ``torch_xla``
+is imported only when iterating.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""XLA devices (TPU, or XLA on CPU/GPU): gradients all-reduced before each step, graph cut after it."""
+"""XLA devices (TPU, XLA on CPU/GPU): gradients reduced before each step, graph cut after it."""
 
 from __future__ import annotations
 
