@@ -159,9 +159,9 @@ def test_the_host_is_kept_when_batches_are_not_placed():
     assert PartialState().device.type == "xla"
 
 
-@pytest.mark.xla(min_devices=2)
-def test_replicas_share_each_shuffled_epoch():
-    results = spawn_xla_workers(xla_workers.sharded_epochs, args=(40, 4), timeout=600)
+def check_shared_epochs(results: list[dict]) -> None:
+    """Every replica's batches on the device; together, each epoch covers the dataset once."""
+    assert [result["rank"] for result in results] == list(range(len(results)))
     assert {result["type"] for result in results} == {"MpDeviceLoaderWrapper"}
     assert {tuple(result["devices"]) for result in results} == {("xla",)}
     per_round = 4 * len(results)
@@ -170,3 +170,14 @@ def test_replicas_share_each_shuffled_epoch():
         assert set(samples) == set(range(40))  # every sample, duplicates only to even the end
         assert len(samples) == math.ceil(40 / per_round) * per_round
     assert results[0]["epochs"][0] != results[0]["epochs"][1]
+
+
+def test_a_one_replica_job_gets_every_sample():
+    check_shared_epochs([xla_workers.sharded_epochs(40, 4)])  # the TPU worker, on this device
+
+
+@pytest.mark.xla(min_devices=2)
+def test_replicas_share_each_shuffled_epoch():
+    results = spawn_xla_workers(xla_workers.sharded_epochs, args=(40, 4), timeout=600)
+    assert len(results) >= 2
+    check_shared_epochs(results)

@@ -159,15 +159,15 @@ def test_send_to_device_moves_nested_structures_both_ways(device):
     assert module.weight.device.type == "xla"
 
 
-@pytest.mark.xla(min_devices=2)
-def test_every_collective_across_replicas(xla_state):
-    results = spawn_xla_workers(xla_workers.all_collectives, timeout=600)
+def check_collectives(results: list[dict]) -> None:
+    """What every replica of a ``len(results)``-replica job must have received."""
     world = len(results)
     ranks = list(range(world))
     for rank, got in enumerate(results):
         assert got["device"] == "xla" and got["world"] == world
         assert got["gather"] == [float(r) for r in ranks for _ in range(2)]
-        assert got["gather_0d"] == [float(r) for r in ranks]
+        # A 0-d tensor becomes one value per process; a single process gets it back unchanged.
+        assert got["gather_0d"] == ([float(r) for r in ranks] if world > 1 else 0.0)
         assert got["gather_object"] == [item for r in ranks for item in (r, f"r{r}")]
         assert got["broadcast"] == [7.0] * 3
         assert got["broadcast_object_list"] == ["from 0"]
@@ -176,3 +176,14 @@ def test_every_collective_across_replicas(xla_state):
         assert got["max"] == [float(world - 1)] * 2
         assert got["padded"] == list(range(rank + 1)) + [-1] * (world - 1 - rank)
         assert got["copied"] == [0.0, 0.0]
+
+
+def test_every_collective_in_a_one_replica_job(xla_state):
+    check_collectives([xla_workers.all_collectives()])  # the TPU worker, on this one device
+
+
+@pytest.mark.xla(min_devices=2)
+def test_every_collective_across_replicas(xla_state):
+    results = spawn_xla_workers(xla_workers.all_collectives, timeout=600)
+    assert len(results) >= 2
+    check_collectives(results)
