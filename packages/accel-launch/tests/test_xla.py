@@ -20,8 +20,33 @@ def test_tpu_flag_calls_main_through_torch_xla(processes):
         timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "xla worker ordinal 0 of" in result.stdout
-    assert "argv ['hello']" in result.stdout
+    assert "xla worker ordinal 0 of 1 argv ['hello'] state XLA 0/1 xla" in result.stdout
+
+
+@pytest.mark.xla(min_devices=2)
+def test_tpu_flag_starts_one_process_per_device():
+    result = run(
+        accel_cmd("launch", "--tpu", str(SCRIPTS / "xla_worker.py")), env=xla_env(), timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("xla worker")]
+    count = len(lines)
+    assert count >= 2
+    for ordinal in range(count):
+        expected = (
+            f"xla worker ordinal {ordinal} of {count} argv [] state XLA {ordinal}/{count} xla"
+        )
+        assert expected in lines
+
+
+@pytest.mark.xla
+def test_env_reports_torch_xla():
+    import torch_xla
+
+    result = run(accel_cmd("env"), env=xla_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"torch_xla: {torch_xla.__version__}" in result.stdout
+    assert "PJRT_DEVICE: " + xla_env()["PJRT_DEVICE"] in result.stdout
 
 
 @pytest.mark.xla

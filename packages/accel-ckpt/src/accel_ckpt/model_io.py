@@ -38,6 +38,7 @@ from accel_ckpt.sharding import (
     write_index,
 )
 from accel_ckpt.sizes import parse_size
+from accel_ckpt.xla import is_xla, materialize_pending, tensor_identity
 
 PathLike = str | os.PathLike[str]
 _WRAPPER_NAMES = {"DistributedDataParallel", "DataParallel", "DeepSpeedEngine", "PipelineEngine"}
@@ -96,14 +97,7 @@ def split_aliases(
         if tensor.numel() == 0:
             unique[name] = tensor
             continue
-        key = (
-            tensor.device,
-            tensor.untyped_storage().data_ptr(),
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.dtype,
-        )
+        key = tensor_identity(tensor)
         if key in seen:
             aliases[name] = seen[key]
         else:
@@ -169,6 +163,7 @@ def save_model(
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
         state_dict = unwrap_model(model, unwrap).state_dict()
+    materialize_pending(state_dict.values())
     unique, aliases = split_aliases(state_dict)
     shards = shard_state_dict(unique, limit)
     weights_name = SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME
@@ -219,9 +214,15 @@ def save_model(
 
 
 def _compact(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Clone views of larger storages so ``torch.save`` does not write the whole storage."""
+    """Clone views of larger storages so ``torch.save`` does not write the whole storage.
+
+    XLA tensors are copied to the host, so the file loads without torch_xla.
+    """
     result = {}
     for name, tensor in state_dict.items():
+        if is_xla(tensor):
+            result[name] = tensor.detach().cpu()
+            continue
         whole = tensor.untyped_storage().nbytes() == tensor_nbytes(tensor)
         result[name] = tensor.detach() if whole else tensor.detach().clone()
     return result

@@ -45,6 +45,7 @@ from accel_ckpt.project import ProjectConfiguration, apply_total_limit
 from accel_ckpt.rng_state import capture_rng_states
 from accel_ckpt.safetensors_io import cpu_contiguous
 from accel_ckpt.stateful import SaveHook, Stateful, Unwrap, numbered
+from accel_ckpt.xla import host_copies
 
 
 @dataclass
@@ -272,7 +273,7 @@ class CheckpointWriter:
                 job = FileJob(relpath, "models", index, unique, weights_metadata(aliases))
             else:
                 relpath = numbered("pytorch_model", index, ".bin")
-                job = FileJob(relpath, "models", index, pickled=dict(state_dict))
+                job = FileJob(relpath, "models", index, pickled=host_copies(state_dict))
             self.jobs.append(job)
 
     # ---------------------------------------------------------------- step 4: write (any thread)

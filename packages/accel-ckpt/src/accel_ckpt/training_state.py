@@ -29,12 +29,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
 
+import torch
 from torch import nn
 
 from accel_ckpt._coordination import Coordinator
@@ -52,6 +53,7 @@ from accel_ckpt.rng_state import restore_rng_states
 from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
+from accel_ckpt.xla import materialize_pending
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,15 @@ class LoadedCheckpoint:
     def metadata(self) -> dict[str, Any]:
         """The ``metadata`` given to ``save_state``."""
         return self.manifest.metadata
+
+
+def _parameters(models: Sequence[nn.Module], optimizers: Sequence[Any]) -> Iterator[torch.Tensor]:
+    """The models' and optimizers' parameters (to find out whether XLA tensors are saved)."""
+    for model in models:
+        yield from model.parameters()
+    for optimizer in optimizers:
+        for group in getattr(optimizer, "param_groups", ()):
+            yield from group.get("params", ())
 
 
 def _resolve_output_dir(output_dir: PathLike | None, config: ProjectConfiguration | None) -> Path:
@@ -195,6 +206,7 @@ def save_state(
 
     """
     wait_for_pending_saves()
+    materialize_pending(_parameters(models, optimizers))
     final = _resolve_output_dir(output_dir, project_config)
     user_metadata = dict(metadata or {})
     try:

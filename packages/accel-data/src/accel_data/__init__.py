@@ -33,6 +33,7 @@ from accel_data.samplers import (
     get_sampler,
 )
 from accel_data.shard_loader import DataLoaderShard
+from accel_data.xla_loader import MpDeviceLoaderWrapper
 
 __all__ = [
     "__version__",
@@ -47,6 +48,7 @@ __all__ = [
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "DataLoaderStateMixin",
+    "MpDeviceLoaderWrapper",
     "SkipDataLoader",
     # samplers and datasets
     "BatchSamplerShard",

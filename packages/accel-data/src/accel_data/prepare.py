@@ -17,6 +17,7 @@ from accel_data.random_order import GlobalSeedRandomSampler
 from accel_data.rng import _as_rng_type
 from accel_data.samplers import BatchSamplerShard, SeedableRandomSampler, check_split_batch_size
 from accel_data.shard_loader import DataLoaderShard
+from accel_data.xla_loader import MpDeviceLoaderWrapper
 from accel_ops import broadcast_object_list
 from accel_state.partial_state import PartialState
 from accel_state.types import RNGType
@@ -68,7 +69,8 @@ def prepare_data_loader(
             always have ``state_dict()`` / ``load_state_dict()``.
 
     Returns:
-        A :class:`DataLoaderShard`, or a :class:`DataLoaderDispatcher` when dispatching.
+        A :class:`DataLoaderShard` (a :class:`MpDeviceLoaderWrapper` when batches go to an XLA
+        device), or a :class:`DataLoaderDispatcher` when dispatching.
 
     Raises:
         DataConfigurationError: Contradictory options (the message says which and the fix).
@@ -157,7 +159,10 @@ def prepare_data_loader(
             synchronized_generator=generator,
             **kwargs,
         )
-    return DataLoaderShard(
+    # On XLA torch_xla's device loader uploads the batches (Accelerate's MpDeviceLoaderWrapper).
+    on_xla = placement is not None and torch.device(placement).type == "xla"
+    loader_class = MpDeviceLoaderWrapper if on_xla else DataLoaderShard
+    return loader_class(
         dataset,
         device=placement,
         rng_types=_resolve_rng_types(rng_types, generator),

@@ -111,7 +111,7 @@ def skip_first_batches(dataloader: DataLoader[Any], num_batches: int = 0) -> Dat
         )
         new.iteration = dataloader.iteration
     elif isinstance(dataloader, DataLoaderShard):
-        new = DataLoaderShard(
+        new = type(dataloader)(  # an MpDeviceLoaderWrapper stays one
             dataset,
             device=dataloader.device,
             rng_types=dataloader.rng_types,

@@ -125,7 +125,7 @@ def synchronize_rng_state(
             _get_state(kind, generator)  # same error as in a job
         return
     rng_state = _get_state(kind, generator)
-    if state.backend == "nccl":  # NCCL only moves device tensors
+    if state.backend in ("nccl", "xla"):  # these only move device tensors
         rng_state = broadcast(rng_state.to(state.device)).cpu()
     else:
         rng_state = broadcast(rng_state)

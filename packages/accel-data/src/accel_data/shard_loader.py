@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import contextlib
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -89,17 +90,29 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
             for _ in range(self.skip_batches + self._pending_drop):
                 if next(iterator, _END) is _END:
                     break
-            current = next(iterator, _END)
-            device, non_blocking = self.device, self._non_blocking
-            while current is not _END:
-                if device is not None:
-                    current = send_to_device(current, device, non_blocking=non_blocking)
-                following = next(iterator, _END)
-                if following is _END:
-                    self.signal_last_batch(self._measured_remainder())
-                self._batches_yielded += 1
-                yield current
-                current = following
+            with self._batch_source(iterator) as (batches, device):
+                non_blocking = self._non_blocking
+                current = next(batches, _END)
+                while current is not _END:
+                    if device is not None:
+                        current = send_to_device(current, device, non_blocking=non_blocking)
+                    following = next(batches, _END)
+                    if following is _END:
+                        self.signal_last_batch(self._measured_remainder())
+                    self._batches_yielded += 1
+                    yield current
+                    current = following
             self._complete_epoch()
         finally:
             self._close_epoch()
+
+    @contextlib.contextmanager
+    def _batch_source(
+        self, host_batches: Iterator[Any]
+    ) -> Generator[tuple[Iterator[Any], torch.device | None], None, None]:
+        """The batches to yield and the device the loop still has to move each one to.
+
+        Here: the host batches, moved one at a time just before they are yielded. Subclasses may
+        move them elsewhere (see :class:`accel_data.MpDeviceLoaderWrapper`).
+        """
+        yield host_batches, self.device

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pickle
 from types import ModuleType
 from typing import Any
 
@@ -53,20 +54,26 @@ def all_reduce(tensor: torch.Tensor, reduction: str, scale: float) -> torch.Tens
     is applied here rather than by torch_xla, which skips it when there is a single replica.
     """
     xm = xla_model()
-    _sync(xm)
+    sync()
     result: torch.Tensor = xm.all_reduce(getattr(xm, _REDUCE_TYPES[reduction]), tensor)
     if scale != 1:
         result = result * scale
-    _sync(xm)
+    sync()
     return result
 
 
-def _sync(xm: ModuleType) -> None:
-    """Cut the traced graph here (``torch_xla.sync``, formerly ``xm.mark_step``)."""
-    sync = getattr(importlib.import_module("torch_xla"), "sync", None)
-    if sync is not None:
-        sync()
-    else:
+def sync() -> None:
+    """Cut the traced graph here and run it (``torch_xla.sync``, formerly ``xm.mark_step``).
+
+    Raises:
+        XLAUnavailableError: torch_xla is not installed.
+
+    """
+    xm = xla_model()
+    run = getattr(importlib.import_module("torch_xla"), "sync", None)
+    if run is not None:
+        run()
+    else:  # torch_xla < 2.6
         xm.mark_step()
 
 
@@ -81,14 +88,19 @@ def broadcast(tensor: torch.Tensor, from_process: int) -> torch.Tensor:
 
 
 def all_gather_objects(obj: Any) -> list[Any]:
-    """Every process's picklable ``obj``, by ordinal (out of graph, through the host)."""
-    gathered: list[Any] = xla_model().mesh_reduce("accel_ops.all_gather_objects", obj, list)
-    return gathered
+    """Every process's picklable ``obj``, by ordinal (out of graph, through the host).
+
+    Pickled here rather than by ``xm.mesh_reduce``, whose ``torch.load`` (``weights_only``
+    since torch 2.6) refuses objects of other classes than tensors and builtins.
+    """
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    parts = xla_model().rendezvous("accel_ops.all_gather_objects", payload)
+    return [pickle.loads(part) for part in parts]
 
 
 def broadcast_objects(objects: list[Any], from_process: int) -> list[Any]:
     """The ``objects`` list held by ``from_process`` (out of graph, through the host)."""
-    chosen: list[Any] = xla_model().mesh_reduce(
-        "accel_ops.broadcast_objects", objects, lambda parts: parts[from_process]
-    )
+    payload = pickle.dumps(list(objects), protocol=pickle.HIGHEST_PROTOCOL)
+    parts = xla_model().rendezvous("accel_ops.broadcast_objects", payload)
+    chosen: list[Any] = pickle.loads(parts[from_process])
     return chosen

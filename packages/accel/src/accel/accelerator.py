@@ -22,6 +22,7 @@ from accel.kwargs_handlers import (
 )
 from accel.modeling import patch_forward_for_precision, unwrap_model
 from accel.optimizer import AcceleratedOptimizer
+from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.scheduler import AcceleratedScheduler
@@ -163,6 +164,7 @@ class Accelerator(CheckpointingMixin):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
+        self._parameter_moves: ParameterMoves = {}
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
 
     # ------------------------------------------------------------------ facts about the job
@@ -328,7 +330,7 @@ class Accelerator(CheckpointingMixin):
             return existing  # type: ignore[no-any-return]
         placement = self.device_placement if device_placement is None else device_placement
         if placement and not getattr(model, "hf_device_map", None):
-            model = model.to(self.device)
+            self._parameter_moves.update(move_model(model, self.device))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
         prepared = model if evaluation_mode else self.strategy.wrap(model)
         dynamo = self.state.dynamo_plugin
@@ -347,6 +349,9 @@ class Accelerator(CheckpointingMixin):
         if existing is not None:
             return existing  # type: ignore[no-any-return]
         placement = self.device_placement if device_placement is None else device_placement
+        # On XLA, moving a model made new parameters; an optimizer built before prepare must
+        # step those, not the host tensors it was given.
+        switch_parameters(optimizer, self._parameter_moves)
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
@@ -625,6 +630,7 @@ class Accelerator(CheckpointingMixin):
         self._schedulers.clear()
         self._dataloaders.clear()
         self._prepared_ids.clear()
+        self._parameter_moves.clear()
         self.step = 0
         return release_memory(*objects)
 

@@ -109,6 +109,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self._step_was_skipped = False
         else:
             self._step_was_skipped = self.precision.step(self.optimizer, **kwargs)
+        if self.strategy is not None:
+            self.strategy.after_optimizer_step(self.optimizer)
 
     @property
     def step_was_skipped(self) -> bool:

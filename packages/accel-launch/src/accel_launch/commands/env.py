@@ -59,10 +59,16 @@ def _accelerators() -> list[str]:
     lines.append(f"MPS available: {bool(mps and mps.is_available())}")
     xpu = getattr(torch, "xpu", None)
     lines.append(f"XPU available: {bool(xpu and xpu.is_available())}")
-    lines.append(
-        f"torch_xla: {_version('torch_xla') if importlib.util.find_spec('torch_xla') else 'not installed'}"
-    )
+    lines.append(_xla_line())
     return lines
+
+
+def _xla_line() -> str:
+    """torch_xla's version and the PJRT device it would use (the runtime is not started)."""
+    if importlib.util.find_spec("torch_xla") is None:
+        return "torch_xla: not installed"
+    device = os.environ.get("PJRT_DEVICE") or "unset (torch_xla picks TPU if present, else CPU)"
+    return f"torch_xla: {_version('torch_xla')} (PJRT_DEVICE: {device})"
 
 
 def _config_lines(config_file: str | None) -> list[str]:

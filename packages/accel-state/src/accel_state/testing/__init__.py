@@ -7,6 +7,7 @@ collectives over real gloo process groups.
 from accel_state.testing.ports import find_free_port
 from accel_state.testing.torchrun import run_torchrun
 from accel_state.testing.workers import WorkerFailedError, WorkersTimedOutError, spawn_workers
+from accel_state.testing.xla import spawn_xla_workers
 
 __all__ = [
     "WorkerFailedError",
@@ -14,4 +15,5 @@ __all__ = [
     "find_free_port",
     "run_torchrun",
     "spawn_workers",
+    "spawn_xla_workers",
 ]

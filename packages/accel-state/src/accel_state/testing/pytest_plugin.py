@@ -1,25 +1,39 @@
 """pytest plugin: the ``cuda`` and ``xla`` markers, skipped with a reason when the hardware is absent.
 
 Enable with ``-p accel_state.testing.pytest_plugin``. ``@pytest.mark.cuda`` needs one GPU;
-``@pytest.mark.cuda(min_gpus=2)`` needs two. ``@pytest.mark.xla`` needs torch_xla. The
-``single_process_state`` fixture runs a test as a plain process with fresh accel state.
+``@pytest.mark.cuda(min_gpus=2)`` needs two. ``@pytest.mark.xla`` needs torch_xla (one XLA
+device: ``PJRT_DEVICE=CPU`` will do); ``@pytest.mark.xla(min_devices=2)`` needs several real XLA
+devices (a TPU VM). The ``single_process_state`` fixture runs a test as a plain process with fresh
+accel state; ``xla_state`` does the same on the XLA device.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from accel_state.testing.environ import without_launcher_variables
 
+#: ``PJRT_DEVICE`` as the test session started (fixtures strip it from single-process tests).
+_SESSION_PJRT_DEVICE: str | None = None
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers."""
+    """Register the markers and remember the session's ``PJRT_DEVICE``."""
+    global _SESSION_PJRT_DEVICE
+    _SESSION_PJRT_DEVICE = os.environ.get("PJRT_DEVICE")
     config.addinivalue_line("markers", "cuda(min_gpus=1): needs CUDA GPUs; skipped without them")
-    config.addinivalue_line("markers", "xla: needs torch_xla; skipped without it")
+    config.addinivalue_line(
+        "markers",
+        "xla(min_devices=1): needs torch_xla, and min_devices XLA devices (more than one: real "
+        "TPUs); skipped without them",
+    )
 
 
 def _cuda_skip_reason(min_gpus: int) -> str | None:
@@ -33,6 +47,42 @@ def _cuda_skip_reason(min_gpus: int) -> str | None:
     return None
 
 
+@functools.cache
+def xla_device_count(pjrt_device: str) -> int:
+    """XLA devices of the whole job on ``pjrt_device``, counted in a child process.
+
+    A child, so that this process never opens the runtime (a TPU is held by one process at a
+    time, and the tests start their own). 0 when the runtime cannot start.
+    """
+    code = "import torch_xla.runtime as xr; print(xr.global_runtime_device_count())"
+    environ = {**os.environ, "PJRT_DEVICE": pjrt_device}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=300
+        )
+        return int(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else 0
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return 0
+
+
+def _xla_skip_reason(min_devices: int) -> str | None:
+    if importlib.util.find_spec("torch_xla") is None:
+        return "needs torch_xla (run the xla leg: nox -s tests(package=..., backend='xla'))"
+    if min_devices <= 1:
+        return None
+    pjrt = _SESSION_PJRT_DEVICE or ""
+    if pjrt.upper() in ("", "CPU"):
+        return (
+            f"needs {min_devices} XLA devices (a TPU VM with PJRT_DEVICE=TPU); "
+            f"PJRT_DEVICE={pjrt or '(unset)'} gives one here, and torch_xla 2.9 runs several CPU "
+            "devices as threads of one process whose collectives do not rendezvous"
+        )
+    count = xla_device_count(pjrt)
+    if count < min_devices:
+        return f"needs {min_devices} XLA devices; PJRT_DEVICE={pjrt} has {count}"
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip marked tests whose hardware or library is missing, saying why."""
     cuda = item.get_closest_marker("cuda")
@@ -40,8 +90,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         reason = _cuda_skip_reason(int(cuda.kwargs.get("min_gpus", 1)))
         if reason:
             pytest.skip(reason)
-    if item.get_closest_marker("xla") is not None and importlib.util.find_spec("torch_xla") is None:
-        pytest.skip("needs torch_xla (run the xla leg: nox -s tests(package=..., backend='xla'))")
+    xla = item.get_closest_marker("xla")
+    if xla is not None:
+        reason = _xla_skip_reason(int(xla.kwargs.get("min_devices", 1)))
+        if reason:
+            pytest.skip(reason)
 
 
 @pytest.fixture
@@ -53,6 +106,17 @@ def single_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name not in keep:
             monkeypatch.delenv(name)
+    reset_state()
+    yield
+    reset_state()
+
+
+@pytest.fixture
+def xla_state(single_process_state: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """One plain process on the XLA device: ``PJRT_DEVICE`` as the session had it (default CPU)."""
+    from accel_state.shared import reset_state
+
+    monkeypatch.setenv("PJRT_DEVICE", _SESSION_PJRT_DEVICE or "CPU")
     reset_state()
     yield
     reset_state()

@@ -41,5 +41,8 @@ class ModelStrategy:
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook before each real optimizer step (XLA reduces gradients here)."""
 
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook after each real optimizer step (XLA cuts and runs the traced graph here)."""
+
     def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook before gradients are clipped: they must be complete (XLA reduces them here)."""

@@ -1,4 +1,4 @@
-"""XLA devices (TPU, or XLA on CPU/GPU): gradients are all-reduced before each optimizer step."""
+"""XLA devices (TPU, XLA on CPU/GPU): gradients reduced before each step, graph cut after it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,18 @@ from typing import Any
 import torch
 
 from accel.strategies.base import ModelStrategy
+from accel_ops import xla as xla_ops
 from accel_state import PartialState
 
 
 class XLAStrategy(ModelStrategy):
-    """No wrapper; the master weights are broadcast once and gradients reduced before each step."""
+    """No wrapper; the master weights are broadcast once and gradients reduced before each step.
+
+    After every real optimizer step the traced graph is cut and run (``torch_xla.sync``), as
+    ``xm.optimizer_step(barrier=True)`` does: each step then compiles to the same graph (cached
+    after the first), and a loop that does not use the prepared dataloader (whose device loader
+    also cuts the graph at each batch) does not trace the whole epoch into one graph.
+    """
 
     name = "XLA"
 
@@ -22,9 +29,7 @@ class XLAStrategy(ModelStrategy):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Broadcast rank 0's parameters so every replica starts equal."""
         if self.state.use_distributed:
-            import torch_xla.core.xla_model as xm
-
-            xm.broadcast_master_param(model)
+            xla_ops.xla_model().broadcast_master_param(model)
         return model
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -34,6 +39,10 @@ class XLAStrategy(ModelStrategy):
             return
         self._reduce(optimizer)
 
+    def after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Cut the graph after the step, so the updated weights are computed once per step."""
+        xla_ops.sync()
+
     def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
         """Reduce before clipping so the norm is the global one; the step then skips it."""
         if id(optimizer) not in self._already_reduced:
@@ -42,6 +51,4 @@ class XLAStrategy(ModelStrategy):
 
     def _reduce(self, optimizer: torch.optim.Optimizer) -> None:
         if self.state.use_distributed:
-            import torch_xla.core.xla_model as xm
-
-            xm.reduce_gradients(optimizer)
+            xla_ops.xla_model().reduce_gradients(optimizer)
