@@ -15,7 +15,7 @@ from accel_state.testing import spawn_xla_workers
 
 pytestmark = [pytest.mark.xla, pytest.mark.usefixtures("xla_state")]
 
-STEPS_PER_EPOCH = 4  # 7 micro-steps with accumulation 2: steps after 2, 4, 6 and the last one
+MICRO_STEPS_PER_EPOCH = 7  # 7 micro-steps with accumulation 2: optimizer steps after 2, 4, 6 and 7
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +42,9 @@ def test_accumulation_syncs_every_second_micro_step_and_at_the_end(runs):
     assert on_xla["sync"] == epoch * xla_workers.EPOCHS == on_host["sync"]
 
 
-def test_clipping_bounds_the_global_norm_on_sync_steps_only(runs):
+def test_clipping_bounds_the_global_norm_on_every_call(runs):
     on_xla, _ = runs
-    assert len(on_xla["norms"]) == STEPS_PER_EPOCH * xla_workers.EPOCHS
+    assert len(on_xla["norms"]) == MICRO_STEPS_PER_EPOCH * xla_workers.EPOCHS
     clip = xla_workers.CLIP
     assert any(before > clip for before, _ in on_xla["norms"])  # clipping had work to do
     for before, after in on_xla["norms"]:

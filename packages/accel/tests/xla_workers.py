@@ -55,10 +55,10 @@ def train(cpu: bool = False, clip: float = CLIP) -> dict:
             with accelerator.accumulate(model):
                 loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
                 accelerator.backward(loss)
+                # As in Accelerate, every call clips and returns the norm, micro-steps included.
                 norm = accelerator.clip_grad_norm_(model.parameters(), clip)
-                if norm is not None:
-                    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-                    record["norms"].append((norm.item(), grads.norm().item()))
+                grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+                record["norms"].append((norm.item(), grads.norm().item()))
                 before = marks() if on_xla else 0
                 optimizer.step()
                 record["cuts_in_step"].append((marks() - before) if on_xla else None)
