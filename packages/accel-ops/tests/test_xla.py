@@ -7,11 +7,11 @@ XLA tensors without a group. ``test_every_collective_across_replicas`` needs a T
 """
 
 import dataclasses
-from typing import NamedTuple
 
 import pytest
 import torch
 import xla_workers
+from _accel_ops_workers import Holder, Pair
 
 import accel_ops
 from accel_ops import collectives, objects, padding
@@ -23,16 +23,6 @@ from accel_state.testing import spawn_xla_workers
 pytestmark = pytest.mark.xla
 
 XLA_GROUP = GroupInfo(world_size=1, rank=0, backend="xla")
-
-
-class Pair(NamedTuple):
-    first: torch.Tensor
-    second: torch.Tensor
-
-
-@dataclasses.dataclass
-class Holder:
-    value: torch.Tensor
 
 
 @pytest.fixture(scope="module")
