@@ -10,6 +10,20 @@ Example:
 from accel_ckpt.__about__ import __version__
 from accel_ckpt.accelerate_import import is_accelerate_checkpoint
 from accel_ckpt.async_save import AsyncSave, release_staging_memory, wait_for_pending_saves
+from accel_ckpt.big_modeling import (
+    check_device_map,
+    compute_module_sizes,
+    cpu_offload,
+    disk_offload,
+    dispatch_model,
+    find_tied_parameters,
+    get_balanced_memory,
+    get_max_memory,
+    infer_auto_device_map,
+    init_empty_weights,
+    init_on_device,
+    load_checkpoint_and_dispatch,
+)
 from accel_ckpt.checkpointer import Checkpointer
 from accel_ckpt.errors import (
     AccelCkptError,
@@ -18,8 +32,11 @@ from accel_ckpt.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    DeviceMapError,
+    DispatchedModelError,
     DistributedCheckpointError,
     IncompleteCheckpointError,
+    InsufficientMemoryError,
     InvalidArgumentError,
     StateDictMismatchError,
     UnsafeCheckpointError,
@@ -53,6 +70,19 @@ __all__ = [
     "SAFE_WEIGHTS_INDEX_NAME",
     "WEIGHTS_NAME",
     "WEIGHTS_INDEX_NAME",
+    # big-model inference
+    "init_empty_weights",
+    "init_on_device",
+    "compute_module_sizes",
+    "get_max_memory",
+    "get_balanced_memory",
+    "infer_auto_device_map",
+    "check_device_map",
+    "find_tied_parameters",
+    "load_checkpoint_and_dispatch",
+    "dispatch_model",
+    "cpu_offload",
+    "disk_offload",
     # training state
     "save_state",
     "load_state",
@@ -83,6 +113,9 @@ __all__ = [
     "CheckpointExistsError",
     "CheckpointNotFoundError",
     "CorruptCheckpointError",
+    "DeviceMapError",
+    "DispatchedModelError",
+    "InsufficientMemoryError",
     "DistributedCheckpointError",
     "IncompleteCheckpointError",
     "InvalidArgumentError",

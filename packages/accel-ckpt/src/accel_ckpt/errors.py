@@ -75,6 +75,18 @@ class AsyncSaveError(AccelCkptError, RuntimeError):
     """A background save failed; raised by ``wait()`` or by the next save or load."""
 
 
+class DeviceMapError(InvalidArgumentError):
+    """A device map misses a parameter, names an unknown device, or cannot run as given."""
+
+
+class InsufficientMemoryError(AccelCkptError, ValueError):
+    """The memory allowed by ``max_memory`` (and the offload options) cannot hold the model."""
+
+
+class DispatchedModelError(AccelCkptError, RuntimeError):
+    """An operation that would break a dispatched (hooked, offloaded) model, such as ``.to()``."""
+
+
 def format_keys(keys: Iterable[str], limit: int = 10) -> str:
     """Render a key list for an error message, shortened after ``limit`` entries."""
     ordered = sorted(keys)

@@ -30,7 +30,7 @@ from accel_ckpt.errors import (
 from accel_ckpt.model_io import ALIASES_KEY, unwrap_model
 from accel_ckpt.pickle_io import load_pickled
 from accel_ckpt.placement import DeviceLike, Placer, resolve_dtype
-from accel_ckpt.safetensors_io import read_header, read_safetensors
+from accel_ckpt.safetensors_io import iter_safetensors, read_header, read_safetensors
 from accel_ckpt.sharding import (
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
@@ -177,8 +177,26 @@ def load_model_source(
         if strict and (missing or unexpected):
             _raise_for_keys(missing, unexpected, label)
     seen: set[str] = set()
+    by_canonical: dict[str, list[str]] = {}
+    for alias, canonical in aliases.items():
+        by_canonical.setdefault(canonical, []).append(alias)
     for path in source.files:
         record = expected.get(path) if expected is not None else None
+        if source.safetensors and record is None:
+            targets = {
+                name: placer.current(name)
+                for name in headers[path].names
+                if name in key_set and placer.reads_in_place(name)
+            }
+            for name, value, direct in iter_safetensors(path, targets=targets):
+                for key in [name, *by_canonical.get(name, [])]:
+                    seen.add(key)
+                    if key in key_set:
+                        placer.assign(
+                            key, value, os.fspath(path), owned=not direct and key == name
+                        )
+                del value
+            continue
         if source.safetensors:
             targets = {
                 name: placer.current(name)

@@ -169,8 +169,12 @@ class Placer:
             return None
         return f"{name!r}: {source} has shape {list(shape)}, the model {list(expected)}"
 
-    def assign(self, name: str, value: torch.Tensor, source: str) -> None:
-        """Put ``value`` into the model under ``name`` (in place when device and dtype allow)."""
+    def assign(self, name: str, value: torch.Tensor, source: str, owned: bool = False) -> None:
+        """Put ``value`` into the model under ``name`` (in place when device and dtype allow).
+
+        ``owned``: ``value`` is a fresh tensor nobody else holds; it is used without a copy
+        when it already has the right device and dtype.
+        """
         current = self.current(name)
         if value is current:
             return
@@ -188,7 +192,10 @@ class Placer:
             with torch.no_grad():
                 current.copy_(value)
             return
-        data = value.detach().to(device=device, dtype=dtype, copy=True)
+        if owned and value.device == device and value.dtype == dtype:
+            data = value.detach()
+        else:
+            data = value.detach().to(device=device, dtype=dtype, copy=True)
         module, leaf, is_param = self.slots[name]
         replacement: torch.Tensor = (
             nn.Parameter(data, requires_grad=current.requires_grad) if is_param else data

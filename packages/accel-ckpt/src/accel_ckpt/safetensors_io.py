@@ -17,7 +17,7 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -357,3 +357,31 @@ def _read_file(
             _read_exact(handle, tensor_bytes(tensor.detach()), name, checksum)
         tensors[spec.name] = tensor
     return header, tensors, direct
+
+
+def iter_safetensors(
+    path: PathLike, *, targets: Mapping[str, torch.Tensor] | None = None
+) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """Read a safetensors file one tensor at a time: ``(name, tensor, read_into_target)``.
+
+    Like :func:`read_safetensors` without a checksum, but each tensor is handed over as soon as
+    it is read, so a caller that moves it elsewhere (another device, the disk) holds one tensor
+    at a time instead of the whole file.
+    """
+    name = os.fspath(path)
+    targets = targets or {}
+    bump = getattr(torch.autograd.graph, "increment_version", None)
+    with open(name, "rb", buffering=0) as handle:
+        fileno = handle.fileno()
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fileno, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        header = _parse_header(handle, name, os.fstat(fileno).st_size)
+        for spec in header.specs:
+            direct = spec.name in targets and _fits(targets[spec.name], spec)
+            tensor = targets[spec.name] if direct else torch.empty(spec.shape, dtype=spec.dtype)
+            if spec.nbytes:
+                _read_exact(handle, tensor_bytes(tensor.detach()), name, None)
+            if direct and bump is not None:
+                bump(tensor)
+            yield spec.name, tensor, direct
+            del tensor

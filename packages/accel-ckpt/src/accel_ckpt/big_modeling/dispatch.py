@@ -1,0 +1,507 @@
+"""Running a model spread over GPUs, the CPU and the disk: dispatch, offload, load-and-dispatch."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accel_ckpt.big_modeling.hooks import (
+    AlignDevicesHook,
+    add_hook_to_module,
+    attach_align_device_hook,
+)
+from accel_ckpt.big_modeling.memory import CPU, DISK, DeviceKey, normalize_device_key
+from accel_ckpt.big_modeling.offload import (
+    OffloadedWeightsLoader,
+    offload_state_dict,
+    offload_weight,
+    read_offload_index,
+    save_offload_index,
+)
+from accel_ckpt.big_modeling.planning import (
+    check_device_map,
+    compute_module_sizes,
+    get_balanced_memory,
+    get_max_memory,
+    infer_auto_device_map,
+    main_device_of,
+)
+from accel_ckpt.big_modeling.tensors import named_module_tensors
+from accel_ckpt.errors import (
+    DeviceMapError,
+    DispatchedModelError,
+    InsufficientMemoryError,
+    StateDictMismatchError,
+)
+from accel_ckpt.model_loading import load_checkpoint_in_model
+from accel_ckpt.sizes import format_size
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+_GUARDED_METHODS = ("to", "cuda", "cpu", "xpu")
+
+
+def _torch_device(key: DeviceKey) -> torch.device:
+    if isinstance(key, int):
+        accelerator = getattr(torch, "accelerator", None)
+        current = accelerator.current_accelerator() if accelerator is not None else None
+        kind = current.type if current is not None and current.type != CPU else "cuda"
+        return torch.device(kind, key)
+    return torch.device(key)
+
+
+def _device_of(name: str, device_map: Mapping[str, DeviceKey]) -> DeviceKey:
+    best, length = None, -1
+    for key, device in device_map.items():
+        if (key == "" or name == key or name.startswith(key + ".")) and len(key) > length:
+            best, length = device, len(key)
+    assert best is not None  # check_device_map ran first
+    return best
+
+
+def _place_tensors(
+    model: nn.Module, device_map: Mapping[str, DeviceKey], offloaded: Callable[[DeviceKey], bool]
+) -> None:
+    """Move every tensor that stays in memory to its device, once per tensor (ties survive)."""
+    holders: dict[int, list[tuple[nn.Module, str, bool, str]]] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for table, is_param in ((module._parameters, True), (module._buffers, False)):
+            for leaf, tensor in table.items():
+                if tensor is not None:
+                    name = f"{prefix}.{leaf}" if prefix else leaf
+                    holders.setdefault(id(tensor), []).append((module, leaf, is_param, name))
+    for slots in holders.values():
+        module, leaf, is_param, name = slots[0]
+        device = _device_of(name, device_map)
+        if offloaded(device):
+            continue
+        current = module._parameters[leaf] if is_param else module._buffers[leaf]
+        assert current is not None
+        target = _torch_device(device)
+        if current.device == target or current.device.type == "meta":
+            continue
+        moved: torch.Tensor = current.detach().to(target)
+        if is_param:
+            moved = nn.Parameter(moved, requires_grad=current.requires_grad)
+        for holder, holder_leaf, holder_is_param, _ in slots:
+            table = holder._parameters if holder_is_param else holder._buffers
+            table[holder_leaf] = moved  # type: ignore[assignment]
+
+
+def _guard_moves(model: nn.Module) -> None:
+    for method_name in _GUARDED_METHODS:
+        original = getattr(model, method_name, None)
+        if original is None or getattr(original, "_accel_guarded", False):
+            continue
+
+        def guarded(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            offloaded = [name for name, p in model.named_parameters() if p.device.type == "meta"]
+            if offloaded:
+                raise DispatchedModelError(
+                    f"Cannot move a dispatched model with {_original.__name__}(): "
+                    f"{len(offloaded)} parameter(s) (e.g. {offloaded[0]!r}) are offloaded to the "
+                    "CPU or disk and only brought in by its hooks. Call "
+                    "remove_hook_from_submodules(model) first, or dispatch it again with "
+                    "another device_map."
+                )
+            logger.warning(
+                "Moving a model dispatched with hooks (%s); its hooks still send inputs to the "
+                "planned devices.",
+                _original.__name__,
+            )
+            return _original(*args, **kwargs)
+
+        functools.update_wrapper(guarded, original)
+        guarded._accel_guarded = True  # type: ignore[attr-defined]
+        object.__setattr__(model, method_name, guarded)
+
+
+def _disk_weights(
+    model: nn.Module,
+    names: list[str],
+    offload_dir: PathLike | None,
+    offload_index: Mapping[str, Mapping[str, object]] | None,
+) -> dict[str, dict[str, object]]:
+    index: dict[str, dict[str, object]] = {
+        key: dict(value) for key, value in (offload_index or {}).items()
+    }
+    if offload_dir is not None and offload_index is None:
+        index.update(read_offload_index(offload_dir))
+    missing = [name for name in names if name not in index]
+    if not missing:
+        return index
+    tensors = dict(named_module_tensors(model, recurse=True))
+    empty = [name for name in missing if tensors[name].device.type == "meta"]
+    if empty:
+        raise DeviceMapError(
+            f"device_map sends {empty[:5]} to 'disk' but they are not in the offload folder "
+            f"({offload_dir}) and the model holds no data for them (meta). Load them with "
+            "load_checkpoint_and_dispatch(..., offload_folder=...) or pass offload_dir= the "
+            "folder they were offloaded to."
+        )
+    if offload_dir is None:
+        raise DeviceMapError(
+            "device_map sends modules to 'disk' but offload_dir is None; pass offload_dir='folder'."
+        )
+    new_index: dict[str, dict[str, object]] = {}
+    for name in missing:
+        offload_weight(tensors[name], name, offload_dir, new_index)
+    save_offload_index(new_index, offload_dir)
+    index.update(new_index)
+    return index
+
+
+def dispatch_model(
+    model: nn.Module,
+    device_map: Mapping[str, int | str | torch.device],
+    main_device: int | str | torch.device | None = None,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    offload_dir: PathLike | None = None,
+    offload_index: Mapping[str, Mapping[str, object]] | None = None,
+    offload_buffers: bool = False,
+    skip_keys: str | list[str] | None = None,
+    preload_module_classes: Iterable[str] | None = None,
+    force_hooks: bool = False,
+) -> nn.Module:
+    """Run ``model`` spread as ``device_map`` says: hooks move inputs, weights and outputs.
+
+    Modules on a GPU (or on the CPU when no GPU is used) run there; modules mapped to ``"cpu"``
+    (when a GPU is the main device) or ``"disk"`` keep their weights off the execution device and
+    bring them to the main device one module at a time. Outputs come back on the device of the
+    first input. ``model.to()`` afterwards raises :class:`DispatchedModelError` when weights are
+    offloaded.
+
+    Args:
+        model: The model (weights loaded, or on ``meta`` for disk-offloaded modules).
+        device_map: Module name -> GPU index, ``"cpu"`` or ``"disk"``.
+        main_device: Where offloaded modules run (default: the first GPU of the map, else CPU).
+        state_dict: CPU weights of the CPU-offloaded modules (default: taken from the model).
+        offload_dir: Folder with (or for) the disk-offloaded weights.
+        offload_index: Its index, when not in ``offload_dir/index.json``.
+        offload_buffers: Offload buffers too.
+        skip_keys: Input keys not moved between devices.
+        preload_module_classes: Classes whose offloaded sub-module weights load all at once.
+        force_hooks: Attach hooks even when everything is on one device.
+
+    Returns:
+        The model, hooked, with ``hf_device_map`` set.
+
+    Raises:
+        DeviceMapError: The map misses a tensor, names an unknown device or module, or sends
+            everything to disk (use :func:`disk_offload`).
+
+    """
+    check_device_map(model, device_map)
+    normalized = {key: normalize_device_key(value, f"device_map[{key!r}]") for key, value in device_map.items()}
+    values = set(normalized.values())
+    if len(values) == 1 and not force_hooks:
+        (only,) = values
+        if only == DISK:
+            raise DeviceMapError(
+                "device_map sends the whole model to 'disk'; use disk_offload(model, "
+                "offload_dir, execution_device), or pass force_hooks=True."
+            )
+        model.to(_torch_device(only))
+        model.hf_device_map = dict(normalized)  # type: ignore[assignment]
+        return model
+    main = (
+        normalize_device_key(main_device, "main_device")
+        if main_device is not None
+        else main_device_of(normalized)
+    )
+
+    def offloaded(device: DeviceKey) -> bool:
+        return device == DISK or (device == CPU and main != CPU)
+
+    execution = {
+        key: (main if value in (CPU, DISK) else value) for key, value in normalized.items()
+    }
+    names = [name for name, _ in named_module_tensors(model, recurse=True)]
+    kept = {
+        name
+        for name, _ in named_module_tensors(model, include_buffers=offload_buffers, recurse=True)
+    }
+    disk_names = [n for n in names if n in kept and _device_of(n, normalized) == DISK]
+    cpu_names = [n for n in names if n in kept and offloaded(_device_of(n, normalized)) and n not in disk_names]
+    weights: Mapping[str, torch.Tensor] | None = None
+    if disk_names or cpu_names:
+        tensors = dict(named_module_tensors(model, recurse=True))
+        cpu_state = {
+            name: (state_dict[name] if state_dict is not None and name in state_dict else tensors[name].detach().to("cpu"))
+            for name in cpu_names
+        }
+        index = _disk_weights(model, disk_names, offload_dir, offload_index) if disk_names else {}
+        weights = OffloadedWeightsLoader(
+            state_dict=cpu_state,
+            save_folder=offload_dir,
+            index={name: index[name] for name in disk_names},
+        )
+    _place_tensors(model, normalized, offloaded)
+    for key, value in normalized.items():
+        module = _module_for(model, key)
+        if module is None:
+            continue
+        if offloaded(value):
+            attach_align_device_hook(
+                module,
+                execution_device=_torch_device(execution[key]),
+                offload=True,
+                weights_map=weights,
+                offload_buffers=offload_buffers,
+                module_name=key,
+                skip_keys=skip_keys,
+                preload_module_classes=preload_module_classes,
+            )
+        else:
+            hook = AlignDevicesHook(
+                _torch_device(value), place_submodules=True, skip_keys=skip_keys
+            )
+            add_hook_to_module(module, hook, append=True)
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True, skip_keys=skip_keys), append=True)
+    if any(offloaded(v) for v in values):
+        logger.info(
+            "Some parameters are on the meta device: they are offloaded to %s.",
+            " and ".join(sorted(str(v) for v in values if offloaded(v))),
+        )
+    model.hf_device_map = dict(normalized)  # type: ignore[assignment]
+    _guard_moves(model)
+    return model
+
+
+def _module_for(model: nn.Module, key: str) -> nn.Module | None:
+    """The module named ``key``; ``None`` for a tensor entry (placed by ``_place_tensors``)."""
+    try:
+        return model.get_submodule(key)
+    except AttributeError:
+        return None
+
+
+def cpu_offload(
+    model: nn.Module,
+    execution_device: int | str | torch.device | None = None,
+    offload_buffers: bool = False,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    preload_module_classes: Iterable[str] | None = None,
+) -> nn.Module:
+    """Keep the weights in CPU memory and bring each module's to ``execution_device`` to run.
+
+    Args:
+        model: The model.
+        execution_device: Where the forward runs (default: where the model's weights are).
+        offload_buffers: Offload buffers too.
+        state_dict: The CPU weights (default: the model's state dict, moved to the CPU).
+        preload_module_classes: Classes whose sub-module weights load all at once.
+
+    Returns:
+        The hooked model; outputs come back on the device of the inputs.
+
+    """
+    if execution_device is None:
+        first = next(iter(model.parameters()), None)
+        execution_device = first.device if first is not None else torch.device(CPU)
+    if state_dict is None:
+        state_dict = {name: t.detach().to(CPU) for name, t in model.state_dict().items()}
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=execution_device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=state_dict,
+        preload_module_classes=preload_module_classes,
+    )
+    _guard_moves(model)
+    return model
+
+
+def disk_offload(
+    model: nn.Module,
+    offload_dir: PathLike,
+    execution_device: int | str | torch.device | None = None,
+    offload_buffers: bool = False,
+    preload_module_classes: Iterable[str] | None = None,
+) -> nn.Module:
+    """Keep the weights in ``offload_dir`` and read each module's in for its forward.
+
+    The weights are written there first unless the folder already has an ``index.json``.
+
+    Returns:
+        The hooked model; outputs come back on the device of the inputs.
+
+    """
+    folder = Path(offload_dir)
+    if not (folder / "index.json").exists():
+        offload_state_dict(folder, model.state_dict())
+    if execution_device is None:
+        first = next(iter(model.parameters()), None)
+        execution_device = (
+            first.device if first is not None and first.device.type != "meta" else torch.device(CPU)
+        )
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=execution_device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=OffloadedWeightsLoader(save_folder=folder),
+        preload_module_classes=preload_module_classes,
+    )
+    _guard_moves(model)
+    return model
+
+
+def _plan(
+    model: nn.Module,
+    device_map: str,
+    max_memory: Mapping[object, int | str] | None,
+    no_split_module_classes: list[str] | None,
+    dtype: str | torch.dtype | None,
+    offload_buffers: bool,
+) -> dict[str, DeviceKey]:
+    if device_map not in STRATEGIES:
+        raise DeviceMapError(
+            f"device_map={device_map!r} is not a strategy; use one of {list(STRATEGIES)} or a "
+            "dict of module name -> device."
+        )
+    memory: Mapping[object, int | str] | None = max_memory
+    if device_map != "sequential":
+        memory = get_balanced_memory(
+            model,
+            max_memory=max_memory,
+            no_split_module_classes=no_split_module_classes,
+            dtype=dtype,
+            low_zero=device_map == "balanced_low_0",
+        )
+    return infer_auto_device_map(
+        model,
+        max_memory=memory,
+        no_split_module_classes=no_split_module_classes,
+        dtype=dtype,
+        offload_buffers=offload_buffers,
+    )
+
+
+def _check_loaded(model: nn.Module, device_map: Mapping[str, DeviceKey], missing: list[str], unexpected: list[str]) -> None:
+    tensors = dict(named_module_tensors(model, recurse=True))
+    empty = [
+        name
+        for name in missing
+        if name in tensors
+        and tensors[name].device.type == "meta"
+        and (not device_map or _device_of(name, device_map) != DISK)
+    ]
+    if not empty:
+        return
+    hints = {name: difflib.get_close_matches(name, unexpected, n=3, cutoff=0.4) for name in empty[:5]}
+    raise StateDictMismatchError(
+        f"The checkpoint has no weights for {len(empty)} tensor(s) of {type(model).__name__} that "
+        f"are still empty (meta): {empty[:5]}. Checkpoint keys the model does not have, closest "
+        f"first: {hints}. Rename the checkpoint keys or build the model with the matching "
+        "configuration.",
+        missing_keys=empty,
+        unexpected_keys=unexpected,
+    )
+
+
+def load_checkpoint_and_dispatch(
+    model: nn.Module,
+    checkpoint: PathLike,
+    device_map: str | Mapping[str, int | str | torch.device] | None = None,
+    max_memory: Mapping[object, int | str] | None = None,
+    no_split_module_classes: list[str] | None = None,
+    offload_folder: PathLike | None = None,
+    offload_buffers: bool = False,
+    dtype: str | torch.dtype | None = None,
+    offload_state_dict: bool | None = None,
+    skip_keys: str | list[str] | None = None,
+    preload_module_classes: list[str] | None = None,
+    force_hooks: bool = False,
+    strict: bool = False,
+) -> nn.Module:
+    """Load a checkpoint into a (usually empty) model, tensor by tensor, and dispatch it.
+
+    Example:
+        >>> with init_empty_weights():
+        ...     model = MyModel()
+        >>> model = load_checkpoint_and_dispatch(
+        ...     model, "checkpoint_folder", device_map="auto",
+        ...     max_memory={0: "20GiB", "cpu": "30GiB"}, offload_folder="offload",
+        ...     no_split_module_classes=["Block"])
+
+    Args:
+        model: The model to fill.
+        checkpoint: A safetensors (or ``.bin``) file, a ``*.index.json`` or a folder.
+        device_map: A dict, or ``"auto"``/``"balanced"``/``"balanced_low_0"``/``"sequential"``
+            to plan one with :func:`infer_auto_device_map`; ``None`` loads without dispatching.
+        max_memory: Budget per device for the planning strategies.
+        no_split_module_classes: Blocks that must stay on one device.
+        offload_folder: Where weights planned for ``"disk"`` are written.
+        offload_buffers: Offload buffers too.
+        dtype: Load floating-point weights in this dtype.
+        offload_state_dict: Accepted for compatibility (shards are always read one at a time).
+        skip_keys: Input keys not moved between devices.
+        preload_module_classes: Classes whose offloaded sub-module weights load at once.
+        force_hooks: Hook the model even when it all lands on one device.
+        strict: Raise on any missing or unexpected key.
+
+    Returns:
+        The dispatched model (``model.hf_device_map`` holds the plan).
+
+    Raises:
+        InsufficientMemoryError: The plan needs the disk but no ``offload_folder`` was given.
+        DeviceMapError: Bad strategy name or device map.
+        StateDictMismatchError: Weights the model needs are not in the checkpoint.
+
+    """
+    planned: dict[str, DeviceKey] | None = None
+    if isinstance(device_map, str):
+        planned = _plan(model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers)
+    elif device_map is not None:
+        check_device_map(model, device_map)
+        planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
+    if planned is not None and DISK in planned.values() and offload_folder is None:
+        total = compute_module_sizes(model, dtype=dtype)[""]
+        allowed = sum(v for k, v in get_max_memory(max_memory).items() if k != DISK)
+        raise InsufficientMemoryError(
+            f"The model needs {format_size(total)} but the devices may hold "
+            f"{format_size(allowed)} (max_memory={dict(max_memory) if max_memory else 'free memory'}"
+            f"), so part of it is planned for 'disk' ({[k for k, v in planned.items() if v == DISK][:5]}). "
+            "Pass offload_folder='some/folder', or allow more memory."
+        )
+    mapping = (
+        {key: _torch_device(value) if value != DISK else DISK for key, value in planned.items()}
+        if planned is not None
+        else None
+    )
+    keys = load_checkpoint_in_model(
+        model,
+        checkpoint,
+        device_map=mapping,
+        offload_folder=offload_folder,
+        dtype=dtype,
+        offload_state_dict=bool(offload_state_dict),
+        offload_buffers=offload_buffers,
+        strict=strict,
+    )
+    _check_loaded(model, planned or {}, keys.missing_keys, keys.unexpected_keys)
+    if planned is None:
+        return model
+    return dispatch_model(
+        model,
+        planned,
+        offload_dir=offload_folder,
+        offload_buffers=offload_buffers,
+        skip_keys=skip_keys,
+        preload_module_classes=preload_module_classes,
+        force_hooks=force_hooks or set(planned.values()) == {DISK},
+    )

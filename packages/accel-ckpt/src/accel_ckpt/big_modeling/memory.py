@@ -1,0 +1,141 @@
+"""How much memory each device may use: ``max_memory`` dictionaries, parsed and defaulted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+
+from accel_ckpt.errors import DeviceMapError, InvalidArgumentError
+from accel_ckpt.sizes import parse_size
+
+#: A device key of ``max_memory`` / a device map value: a GPU index, "cpu", "disk", "cuda:1"...
+DeviceKey = int | str
+DISK = "disk"
+CPU = "cpu"
+
+
+def _accelerator_type() -> str | None:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        current = accelerator.current_accelerator()
+        if current is not None and current.type not in (CPU, "meta"):
+            return str(current.type)
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def normalize_device_key(key: object, argument: str = "max_memory") -> DeviceKey:
+    """``"cuda:1"`` -> ``1``, ``torch.device("cpu")`` -> ``"cpu"``; ints, "cpu", "disk" pass.
+
+    Raises:
+        DeviceMapError: ``key`` names no device.
+
+    """
+    if isinstance(key, torch.device):
+        key = str(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        if key < 0:
+            raise DeviceMapError(f"{argument} names GPU {key}; GPU indexes start at 0.")
+        return key
+    if isinstance(key, str):
+        if key in (CPU, DISK, "mps"):
+            return key
+        kind, _, index = key.partition(":")
+        if kind in ("cuda", "xpu", "npu", "mlu", "musa", "hpu") and (index.isdigit() or not index):
+            return int(index or 0)
+        if key.isdigit():
+            return int(key)
+    raise DeviceMapError(
+        f"{argument} names the unknown device {key!r}; use a GPU index (0, 1, ...), 'cuda:0', "
+        "'cpu' or 'disk'."
+    )
+
+
+def _parse_amount(key: DeviceKey, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidArgumentError(
+            f"max_memory[{key!r}]={value!r} is not a size; use bytes or a string like '10GiB'."
+        )
+    if isinstance(value, float):
+        value = int(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"max_memory[{key!r}]={value} must not be negative.")
+        return value
+    try:
+        return parse_size(value)
+    except InvalidArgumentError:
+        raise InvalidArgumentError(
+            f"max_memory[{key!r}]={value!r} is not a size; use e.g. '10GiB', '500MB' or bytes."
+        ) from None
+
+
+def available_cpu_memory() -> int:
+    """Bytes of host memory available now (``MemAvailable``; psutil when installed)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def _device_module(kind: str) -> object:
+    return getattr(torch, kind)
+
+
+def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict[DeviceKey, int]:
+    """Bytes each device may use: parsed from ``max_memory``, or what is free now.
+
+    Without ``max_memory``: the free memory of every visible GPU (in index order) and the
+    available host memory under ``"cpu"``. Given one, its sizes are parsed (``"10GiB"``) and its
+    keys normalised (``"cuda:1"`` -> ``1``); GPUs come first, in order, then ``"cpu"`` and
+    ``"disk"``.
+
+    Raises:
+        DeviceMapError: A key names no device, or a GPU that is not visible.
+        InvalidArgumentError: A value is not a size.
+
+    """
+    kind = _accelerator_type()
+    count = int(getattr(_device_module(kind), "device_count")()) if kind is not None else 0
+    if max_memory is None:
+        result: dict[DeviceKey, int] = {}
+        for index in range(count):
+            module = _device_module(kind or "cuda")
+            mem_get_info = getattr(module, "mem_get_info", None)
+            if mem_get_info is not None:
+                result[index] = int(mem_get_info(index)[0])
+            else:  # pragma: no cover - accelerators without mem_get_info
+                result[index] = int(module.get_device_properties(index).total_memory)  # type: ignore[attr-defined]
+        result[CPU] = available_cpu_memory()
+        return result
+    parsed: dict[DeviceKey, int] = {}
+    for key, value in max_memory.items():
+        device = normalize_device_key(key)
+        if isinstance(device, int) and device >= count:
+            raise DeviceMapError(
+                f"max_memory names GPU {device} but {count} GPU(s) are visible; remove it or "
+                "check CUDA_VISIBLE_DEVICES."
+            )
+        parsed[device] = _parse_amount(device, value)
+    return order_devices(parsed)
+
+
+def order_devices(memory: Mapping[DeviceKey, int]) -> dict[DeviceKey, int]:
+    """``memory`` with GPUs first (by index), then mps, cpu and disk."""
+    rank = {"mps": 1, CPU: 2, DISK: 3}
+
+    def sort_key(key: DeviceKey) -> tuple[int, int]:
+        return (0, key) if isinstance(key, int) else (rank.get(key, 4), 0)
+
+    return {key: memory[key] for key in sorted(memory, key=sort_key)}
