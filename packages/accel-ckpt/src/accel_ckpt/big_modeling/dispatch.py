@@ -18,7 +18,13 @@ from accel_ckpt.big_modeling.hooks import (
     add_hook_to_module,
     attach_align_device_hook,
 )
-from accel_ckpt.big_modeling.memory import CPU, DISK, DeviceKey, normalize_device_key
+from accel_ckpt.big_modeling.memory import (
+    CPU,
+    DISK,
+    DeviceKey,
+    check_devices_exist,
+    normalize_device_key,
+)
 from accel_ckpt.big_modeling.offload import (
     OffloadedWeightsLoader,
     offload_state_dict,
@@ -60,12 +66,12 @@ def _torch_device(key: DeviceKey) -> torch.device:
     return torch.device(key)
 
 
-def _device_of(name: str, device_map: Mapping[str, DeviceKey]) -> DeviceKey:
+def _device_of(name: str, device_map: Mapping[str, DeviceKey]) -> DeviceKey | None:
+    """The device of tensor ``name`` (longest matching key); ``None`` when no key covers it."""
     best, length = None, -1
     for key, device in device_map.items():
         if (key == "" or name == key or name.startswith(key + ".")) and len(key) > length:
             best, length = device, len(key)
-    assert best is not None  # check_device_map ran first
     return best
 
 
@@ -83,7 +89,7 @@ def _place_tensors(
     for slots in holders.values():
         module, leaf, is_param, name = slots[0]
         device = _device_of(name, device_map)
-        if offloaded(device):
+        if device is None or offloaded(device):
             continue
         current = module._parameters[leaf] if is_param else module._buffers[leaf]
         assert current is not None
@@ -204,6 +210,7 @@ def dispatch_model(
     check_device_map(model, device_map)
     normalized = {key: normalize_device_key(value, f"device_map[{key!r}]") for key, value in device_map.items()}
     values = set(normalized.values())
+    check_devices_exist(values)
     if len(values) == 1 and not force_hooks:
         (only,) = values
         if only == DISK:
@@ -220,7 +227,7 @@ def dispatch_model(
         else main_device_of(normalized)
     )
 
-    def offloaded(device: DeviceKey) -> bool:
+    def offloaded(device: DeviceKey | None) -> bool:
         return device == DISK or (device == CPU and main != CPU)
 
     execution = {
@@ -469,6 +476,8 @@ def load_checkpoint_and_dispatch(
     elif device_map is not None:
         check_device_map(model, device_map)
         planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
+    if planned is not None:
+        check_devices_exist(planned.values())
     if planned is not None and DISK in planned.values() and offload_folder is None:
         total = compute_module_sizes(model, dtype=dtype)[""]
         allowed = sum(v for k, v in get_max_memory(max_memory).items() if k != DISK)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -99,15 +99,16 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
     Without ``max_memory``: the free memory of every visible GPU (in index order) and the
     available host memory under ``"cpu"``. Given one, its sizes are parsed (``"10GiB"``) and its
     keys normalised (``"cuda:1"`` -> ``1``); GPUs come first, in order, then ``"cpu"`` and
-    ``"disk"``.
+    ``"disk"``. GPUs are not checked against the visible ones here (plans can be made for
+    another machine); :func:`dispatch_model` checks them.
 
     Raises:
-        DeviceMapError: A key names no device, or a GPU that is not visible.
+        DeviceMapError: A key names no device.
         InvalidArgumentError: A value is not a size.
 
     """
     kind = _accelerator_type()
-    count = int(getattr(_device_module(kind), "device_count")()) if kind is not None else 0
+    count = visible_gpu_count()
     if max_memory is None:
         result: dict[DeviceKey, int] = {}
         for index in range(count):
@@ -122,13 +123,30 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
     parsed: dict[DeviceKey, int] = {}
     for key, value in max_memory.items():
         device = normalize_device_key(key)
-        if isinstance(device, int) and device >= count:
-            raise DeviceMapError(
-                f"max_memory names GPU {device} but {count} GPU(s) are visible; remove it or "
-                "check CUDA_VISIBLE_DEVICES."
-            )
         parsed[device] = _parse_amount(device, value)
     return order_devices(parsed)
+
+
+def visible_gpu_count() -> int:
+    """How many GPUs (of the current accelerator type) this process sees."""
+    kind = _accelerator_type()
+    return int(getattr(_device_module(kind), "device_count")()) if kind is not None else 0
+
+
+def check_devices_exist(devices: Iterable[DeviceKey], argument: str = "device_map") -> None:
+    """Raise when ``devices`` names a GPU this process cannot see.
+
+    Raises:
+        DeviceMapError: The message names the GPU and how many are visible.
+
+    """
+    count = visible_gpu_count()
+    for device in devices:
+        if isinstance(device, int) and device >= count:
+            raise DeviceMapError(
+                f"{argument} uses GPU {device} but {count} GPU(s) are visible; plan with "
+                "max_memory for the GPUs you have, or check CUDA_VISIBLE_DEVICES."
+            )
 
 
 def order_devices(memory: Mapping[DeviceKey, int]) -> dict[DeviceKey, int]:

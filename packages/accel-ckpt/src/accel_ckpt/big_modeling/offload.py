@@ -8,6 +8,8 @@ into a fresh tensor, so nothing stays mapped after the forward pass that needed 
 from __future__ import annotations
 
 import json
+import math
+import mmap
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,6 +24,23 @@ from accel_ckpt.safetensors_io import cpu_contiguous
 
 PathLike = str | os.PathLike[str]
 INDEX_NAME = "index.json"
+#: Tensors at least this large are read into their own anonymous memory map.
+_MAPPED_MIN_BYTES = 1 << 20
+
+
+def empty_released(shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor whose memory goes back to the OS as soon as it is freed.
+
+    Large tensors get their own anonymous ``mmap``: weights read for one forward pass and dropped
+    after it would otherwise stay in the allocator's heap (glibc keeps freed chunks below its
+    adaptive mmap threshold), so the process would keep the memory of every offloaded layer.
+    """
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes < _MAPPED_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    region = mmap.mmap(-1, nbytes)
+    return torch.frombuffer(region, dtype=dtype, count=numel).view(shape)
 
 
 def offload_weight(
@@ -91,7 +110,7 @@ def load_offloaded_weight(path: PathLike, weight_info: Mapping[str, object]) -> 
     """
     dtype = dtype_from_name(str(weight_info["dtype"]))
     shape = [int(d) for d in weight_info["shape"]]  # type: ignore[attr-defined]
-    tensor = torch.empty(shape, dtype=dtype)
+    tensor = empty_released(shape, dtype)
     view = tensor_bytes(tensor)
     try:
         handle = open(path, "rb", buffering=0)

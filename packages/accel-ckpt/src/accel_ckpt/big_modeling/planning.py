@@ -12,6 +12,7 @@ them to run.
 from __future__ import annotations
 
 import difflib
+from collections import defaultdict
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -54,12 +55,13 @@ def compute_module_sizes(
 ) -> dict[str, int]:
     """Bytes of every module (and tensor) of ``model`` by dotted name; ``""`` is the whole model.
 
-    Tied weights count once (under their first name). Floating-point tensors count at ``dtype``
+    A ``defaultdict``: modules without tensors of their own count 0. Tied weights count once
+    (under their first name). Floating-point tensors count at ``dtype``
     when given (``special_dtypes`` overrides it per tensor name); meta tensors count too.
     """
     resolved = resolve_dtype(dtype)
     special = _resolve_special(special_dtypes)
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = defaultdict(int)
     tensors = (
         model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
     )
@@ -68,8 +70,8 @@ def compute_module_sizes(
         parts = name.split(".")
         for depth in range(len(parts) + 1):
             key = ".".join(parts[:depth])
-            sizes[key] = sizes.get(key, 0) + size
-    sizes.setdefault("", 0)
+            sizes[key] += size
+    sizes[""] += 0
     return sizes
 
 
@@ -273,7 +275,7 @@ def infer_auto_device_map(
                 queue.pop(position)
             queue.pop(0)
             continue
-        if isinstance(obj, nn.Module) and not _no_split(obj, no_split) and _children(name, obj):
+        if isinstance(obj, nn.Module) and not _no_split(obj, no_split) and next(obj.children(), None):
             if verbose:
                 logger.info("Splitting %s (%s does not fit on %s).", name, format_size(needed), device)
             queue[0:1] = _children(name, obj)
@@ -288,11 +290,20 @@ def _no_split(module: nn.Module, no_split: set[str]) -> bool:
 
 
 def _in_model_order(model: nn.Module, device_map: dict[str, DeviceKey]) -> dict[str, DeviceKey]:
+    """``device_map`` sorted as the planner walks a module: own parameters, children, buffers."""
     order: dict[str, int] = {}
-    for prefix, module in model.named_modules(remove_duplicate=False):
+
+    def walk(module: nn.Module, prefix: str) -> None:
         order.setdefault(prefix, len(order))
-        for leaf, _ in [*module._parameters.items(), *module._buffers.items()]:
-            order.setdefault(f"{prefix}.{leaf}" if prefix else leaf, len(order))
+        dotted = f"{prefix}." if prefix else ""
+        for name, _ in module.named_parameters(recurse=False):
+            order.setdefault(dotted + name, len(order))
+        for name, child in module.named_children():
+            walk(child, dotted + name)
+        for name, _ in module.named_buffers(recurse=False):
+            order.setdefault(dotted + name, len(order))
+
+    walk(model, "")
     return {key: device_map[key] for key in sorted(device_map, key=lambda k: order.get(k, len(order)))}
 
 
@@ -335,7 +346,9 @@ def clean_device_map(device_map: Mapping[str, DeviceKey], module_name: str = "")
 
 
 def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None:
-    """Check that ``device_map`` covers every parameter and buffer and names only real devices.
+    """Check that ``device_map`` covers every saved tensor and names only real devices.
+
+    Non-persistent buffers may be left out (they stay where they are).
 
     Raises:
         DeviceMapError: A tensor is not covered (the message lists them), a key names no module
@@ -344,8 +357,12 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None
     """
     for key, value in device_map.items():
         normalize_device_key(value, f"device_map[{key!r}]")
-    names = [name for name, _ in named_module_tensors(model, recurse=True)]
-    known = set(names) | {name for name, _ in model.named_modules()}
+    names = [
+        name
+        for name, _ in named_module_tensors(model, recurse=True, remove_non_persistent=True)
+    ]
+    known = {name for name, _ in named_module_tensors(model, recurse=True)}
+    known |= {name for name, _ in model.named_modules()}
     unknown = [key for key in device_map if key and key not in known]
     if unknown:
         hints = {key: difflib.get_close_matches(key, known, n=3) for key in unknown[:5]}
