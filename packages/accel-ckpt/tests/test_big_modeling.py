@@ -328,3 +328,48 @@ def test_bigger_than_budget_model_runs_within_budget(tmp_path: Path) -> None:
     assert report["max_abs_diff"] == 0.0, report
     assert list(report["device_map"].values()).count("disk") >= depth - 2, report
     assert report["peak_growth"] < budget + overhead, report
+
+
+@pytest.mark.cuda
+def test_gpu_cpu_disk_plan_runs_and_matches(
+    tmp_path: Path, trained: tuple[TinyLM, torch.Tensor, torch.Tensor]
+) -> None:
+    reference, ids, expected = trained
+    save_model(reference, tmp_path / "ckpt", max_shard_size="10KB")
+    # GPU 0 keeps room for a Block: embed+head and blocks.0 there, blocks.1 on cpu, rest on disk.
+    max_memory = {0: 30_000, "cpu": 18_000}
+    model = load_checkpoint_and_dispatch(
+        empty_lm(),
+        tmp_path / "ckpt",
+        device_map="sequential",
+        max_memory=max_memory,
+        no_split_module_classes=NO_SPLIT,
+        offload_folder=tmp_path / "offload",
+    )
+    assert set(model.hf_device_map.values()) == {0, "cpu", "disk"}, model.hf_device_map
+    assert model.hf_device_map["embed"] == model.hf_device_map["head"] == 0
+    assert model.embed.weight.device.type == "cuda"
+    cpu_block = next(k for k, v in model.hf_device_map.items() if v == "cpu")
+    assert model.get_submodule(cpu_block).fc1.weight.device.type == "meta"
+    with torch.no_grad():
+        output = model(ids)  # CPU input: output comes back on the CPU
+    assert output.device.type == "cpu"
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        on_gpu = model(ids.cuda())
+    assert on_gpu.device.type == "cuda"
+    torch.testing.assert_close(on_gpu.cpu(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(DispatchedModelError):
+        model.cuda()
+
+
+@pytest.mark.cuda
+def test_cpu_offload_executes_on_gpu(trained: tuple[TinyLM, torch.Tensor, torch.Tensor]) -> None:
+    reference, ids, expected = trained
+    model = TinyLM().eval()
+    model.load_state_dict(reference.state_dict())
+    cpu_offload(model, execution_device=0)
+    with torch.no_grad():
+        output = model(ids)
+    assert output.device.type == "cpu"
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ from accel_ckpt.big_modeling import (
     check_device_map,
     compute_module_sizes,
     cpu_offload,
+    cpu_offload_with_hook,
     disk_offload,
     dispatch_model,
     find_tied_parameters,
@@ -82,6 +83,7 @@ __all__ = [
     "load_checkpoint_and_dispatch",
     "dispatch_model",
     "cpu_offload",
+    "cpu_offload_with_hook",
     "disk_offload",
     # training state
     "save_state",

@@ -50,6 +50,15 @@ _EXPORTS = {
     "LoggerType": "accel.tracking",
     "notebook_launcher": "accel_launch",
     "debug_launcher": "accel_launch",
+    # big-model inference (accel-ckpt)
+    "init_empty_weights": "accel_ckpt.big_modeling",
+    "init_on_device": "accel_ckpt.big_modeling",
+    "cpu_offload": "accel_ckpt.big_modeling",
+    "cpu_offload_with_hook": "accel_ckpt.big_modeling",
+    "disk_offload": "accel_ckpt.big_modeling",
+    "dispatch_model": "accel_ckpt.big_modeling",
+    "load_checkpoint_and_dispatch": "accel_ckpt.big_modeling",
+    "infer_auto_device_map": "accel_ckpt.big_modeling",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -74,6 +83,16 @@ if TYPE_CHECKING:
     from accel.tracking import LoggerType as LoggerType
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
+    from accel_ckpt.big_modeling import cpu_offload as cpu_offload
+    from accel_ckpt.big_modeling import cpu_offload_with_hook as cpu_offload_with_hook
+    from accel_ckpt.big_modeling import disk_offload as disk_offload
+    from accel_ckpt.big_modeling import dispatch_model as dispatch_model
+    from accel_ckpt.big_modeling import infer_auto_device_map as infer_auto_device_map
+    from accel_ckpt.big_modeling import init_empty_weights as init_empty_weights
+    from accel_ckpt.big_modeling import init_on_device as init_on_device
+    from accel_ckpt.big_modeling import (
+        load_checkpoint_and_dispatch as load_checkpoint_and_dispatch,
+    )
     from accel_data import DataLoaderConfiguration as DataLoaderConfiguration
     from accel_data import set_seed as set_seed
     from accel_data import skip_first_batches as skip_first_batches

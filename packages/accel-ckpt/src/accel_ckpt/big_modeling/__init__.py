@@ -12,6 +12,7 @@ Example:
 
 from accel_ckpt.big_modeling.dispatch import (
     cpu_offload,
+    cpu_offload_with_hook,
     disk_offload,
     dispatch_model,
     load_checkpoint_and_dispatch,
@@ -19,8 +20,10 @@ from accel_ckpt.big_modeling.dispatch import (
 from accel_ckpt.big_modeling.empty_init import init_empty_weights, init_on_device
 from accel_ckpt.big_modeling.hooks import (
     AlignDevicesHook,
+    CpuOffload,
     ModelHook,
     SequentialHook,
+    UserCpuOffloadHook,
     add_hook_to_module,
     attach_align_device_hook,
     attach_execution_device_hook,
@@ -66,6 +69,7 @@ __all__ = [
     "load_checkpoint_and_dispatch",
     "dispatch_model",
     "cpu_offload",
+    "cpu_offload_with_hook",
     "disk_offload",
     "OffloadedWeightsLoader",
     "PrefixedDataset",
@@ -76,6 +80,8 @@ __all__ = [
     "ModelHook",
     "SequentialHook",
     "AlignDevicesHook",
+    "CpuOffload",
+    "UserCpuOffloadHook",
     "add_hook_to_module",
     "remove_hook_from_module",
     "remove_hook_from_submodules",

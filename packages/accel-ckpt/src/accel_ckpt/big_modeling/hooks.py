@@ -306,3 +306,54 @@ def attach_execution_device_hook(
 ) -> None:
     """Make ``module`` and its sub-modules move their inputs to ``execution_device``."""
     add_hook_to_module(module, AlignDevicesHook(execution_device, skip_keys=skip_keys), append=True)
+
+
+class CpuOffload(ModelHook):
+    """Keep a whole model on the CPU and move it to ``execution_device`` when it is called.
+
+    It stays there until :meth:`UserCpuOffloadHook.offload` (or the next model in a pipeline,
+    through ``prev_module_hook``) sends it back.
+    """
+
+    def __init__(
+        self,
+        execution_device: Device | None = None,
+        prev_module_hook: UserCpuOffloadHook | None = None,
+    ) -> None:
+        if execution_device is None:
+            execution_device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.execution_device = (
+            torch.device("cuda", execution_device)
+            if isinstance(execution_device, int)
+            else torch.device(execution_device)
+        )
+        self.prev_module_hook = prev_module_hook
+
+    def init_hook(self, module: nn.Module) -> nn.Module:
+        """Send the model to the CPU."""
+        return module.to("cpu")
+
+    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """Offload the previous model, bring this one and its inputs to the execution device."""
+        if self.prev_module_hook is not None:
+            self.prev_module_hook.offload()
+        module.to(self.execution_device)
+        return send_to_device(args, self.execution_device), send_to_device(
+            kwargs, self.execution_device
+        )
+
+
+class UserCpuOffloadHook:
+    """Handle returned by ``cpu_offload_with_hook``: ``offload()`` and ``remove()``."""
+
+    def __init__(self, model: nn.Module, hook: CpuOffload) -> None:
+        self.model = model
+        self.hook = hook
+
+    def offload(self) -> None:
+        """Send the model back to the CPU."""
+        self.hook.init_hook(self.model)
+
+    def remove(self) -> None:
+        """Remove the hook from the model."""
+        remove_hook_from_module(self.model)

@@ -52,6 +52,30 @@ _FROM_CKPT = [
     "load",
     "parse_size",
 ]
+_FROM_BIG_MODELING = [
+    "init_empty_weights",
+    "init_on_device",
+    "compute_module_sizes",
+    "get_max_layer_size",
+    "get_max_memory",
+    "get_balanced_memory",
+    "infer_auto_device_map",
+    "check_device_map",
+    "clean_device_map",
+    "find_tied_parameters",
+    "named_module_tensors",
+    "set_module_tensor_to_device",
+    "load_checkpoint_and_dispatch",
+    "dispatch_model",
+    "cpu_offload",
+    "disk_offload",
+    "OffloadedWeightsLoader",
+    "PrefixedDataset",
+    "offload_weight",
+    "offload_state_dict",
+    "save_offload_index",
+    "load_offloaded_weight",
+]
 _FROM_ACCEL = {
     "AutocastKwargs": "accel.kwargs_handlers",
     "DistributedDataParallelKwargs": "accel.kwargs_handlers",
@@ -73,6 +97,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_OPS, "accel_ops"),
     **dict.fromkeys(_FROM_DATA, "accel_data"),
     **dict.fromkeys(_FROM_CKPT, "accel_ckpt"),
+    **dict.fromkeys(_FROM_BIG_MODELING, "accel_ckpt.big_modeling"),
     **_FROM_ACCEL,
 }
 
