@@ -161,7 +161,9 @@ def test_balanced_strategies_spread_over_gpus() -> None:
         "head": 0,
         "scale": 1,
     }
-    low_zero = get_balanced_memory(model, {0: 100_000, 1: 100_000, 2: 100_000}, NO_SPLIT, low_zero=True)
+    low_zero = get_balanced_memory(
+        model, {0: 100_000, 1: 100_000, 2: 100_000}, NO_SPLIT, low_zero=True
+    )
     assert low_zero[0] == 0
     plan = infer_auto_device_map(model, low_zero, NO_SPLIT)
     assert 0 not in plan.values() and plan["head"] == plan["embed"] == 1
@@ -169,7 +171,9 @@ def test_balanced_strategies_spread_over_gpus() -> None:
 
 def test_device_map_errors_name_the_problem(tmp_path: Path) -> None:
     model = empty_lm()
-    with pytest.raises(DeviceMapError, match=r"does not place 12 tensor\(s\).*'blocks.2.ln.weight'"):
+    with pytest.raises(
+        DeviceMapError, match=r"does not place 12 tensor\(s\).*'blocks.2.ln.weight'"
+    ):
         dispatch_model(model, {"embed": "cpu", "blocks.0": "cpu", "blocks.1": "cpu", "norm": "cpu"})
     with pytest.raises(DeviceMapError, match="unknown device 'gpu7'"):
         dispatch_model(model, {"": "gpu7"})

@@ -15,13 +15,28 @@ import accel_ckpt.big_modeling as defined
 
 
 def test_names_live_where_accelerate_has_them() -> None:
-    top = ["init_empty_weights", "init_on_device", "cpu_offload", "cpu_offload_with_hook",
-           "disk_offload", "dispatch_model", "load_checkpoint_and_dispatch", "infer_auto_device_map"]
+    top = [
+        "init_empty_weights",
+        "init_on_device",
+        "cpu_offload",
+        "cpu_offload_with_hook",
+        "disk_offload",
+        "dispatch_model",
+        "load_checkpoint_and_dispatch",
+        "infer_auto_device_map",
+    ]
     for name in top:
         assert getattr(accel, name) is getattr(defined, name), name
-    for name in ["compute_module_sizes", "get_max_memory", "get_balanced_memory",
-                 "infer_auto_device_map", "find_tied_parameters", "set_module_tensor_to_device",
-                 "OffloadedWeightsLoader", "load_checkpoint_in_model"]:
+    for name in [
+        "compute_module_sizes",
+        "get_max_memory",
+        "get_balanced_memory",
+        "infer_auto_device_map",
+        "find_tied_parameters",
+        "set_module_tensor_to_device",
+        "OffloadedWeightsLoader",
+        "load_checkpoint_in_model",
+    ]:
         assert callable(getattr(accel.utils, name)), name
     assert accel.big_modeling.dispatch_model is defined.dispatch_model
     assert accel.hooks.AlignDevicesHook is defined.AlignDevicesHook
@@ -38,7 +53,9 @@ def test_accelerate_style_script(tmp_path: Path) -> None:
     with init_empty_weights():
         model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
     model = load_checkpoint_and_dispatch(
-        model, tmp_path / "ckpt", device_map={"0": "cpu", "1": "cpu", "2": "disk"},
+        model,
+        tmp_path / "ckpt",
+        device_map={"0": "cpu", "1": "cpu", "2": "disk"},
         offload_folder=tmp_path / "offload",
     )
     sample = torch.randn(3, 8)

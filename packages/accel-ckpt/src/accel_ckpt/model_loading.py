@@ -188,13 +188,18 @@ def load_model_source(
                 for name in headers[path].names
                 if name in key_set and placer.reads_in_place(name)
             }
-            for name, value, direct in iter_safetensors(path, targets=targets):
+            mapped = {
+                spec.name
+                for spec in headers[path].specs
+                if spec.name in key_set
+                and spec.name not in targets
+                and placer.keeps_on_cpu(spec.name, spec.dtype)
+            }
+            for name, value, direct in iter_safetensors(path, targets=targets, mapped=mapped):
                 for key in [name, *by_canonical.get(name, [])]:
                     seen.add(key)
                     if key in key_set:
-                        placer.assign(
-                            key, value, os.fspath(path), owned=not direct and key == name
-                        )
+                        placer.assign(key, value, os.fspath(path), owned=not direct and key == name)
                 del value
             continue
         if source.safetensors:

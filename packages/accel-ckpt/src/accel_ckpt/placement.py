@@ -162,6 +162,21 @@ class Placer:
         device = self.device_for(name)
         return device == current.device and self.dtype_for(name, current) == current.dtype
 
+    def keeps_on_cpu(self, name: str, dtype: torch.dtype) -> bool:
+        """Whether a file tensor of ``dtype`` becomes the model's CPU tensor ``name`` unchanged.
+
+        Such tensors may be memory-mapped views of the file instead of copies.
+        """
+        if self.device_map is None or self.reads_in_place(name):
+            return False
+        device = self.device_for(name)
+        sample = torch.empty(0, dtype=dtype)
+        return (
+            isinstance(device, torch.device)
+            and device.type == "cpu"
+            and self.dtype_for(name, sample) == dtype
+        )
+
     def check_shape(self, name: str, shape: tuple[int, ...], source: str) -> str | None:
         """A description of the mismatch, or ``None`` when the shapes agree."""
         expected = tuple(self.current(name).shape)

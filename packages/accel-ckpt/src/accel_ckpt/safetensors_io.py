@@ -17,8 +17,9 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -360,28 +361,61 @@ def _read_file(
 
 
 def iter_safetensors(
-    path: PathLike, *, targets: Mapping[str, torch.Tensor] | None = None
+    path: PathLike,
+    *,
+    targets: Mapping[str, torch.Tensor] | None = None,
+    mapped: Collection[str] = (),
 ) -> Iterator[tuple[str, torch.Tensor, bool]]:
     """Read a safetensors file one tensor at a time: ``(name, tensor, read_into_target)``.
 
     Like :func:`read_safetensors` without a checksum, but each tensor is handed over as soon as
     it is read, so a caller that moves it elsewhere (another device, the disk) holds one tensor
-    at a time instead of the whole file.
+    at a time instead of the whole file. Tensors named in ``mapped`` are not read: they come back
+    as views of a private, copy-on-write memory map of the file (pages are read from the page
+    cache when first touched, and shared with it until written), when their offset is aligned.
     """
     name = os.fspath(path)
     targets = targets or {}
     bump = getattr(torch.autograd.graph, "increment_version", None)
     with open(name, "rb", buffering=0) as handle:
         fileno = handle.fileno()
+        file_size = os.fstat(fileno).st_size
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fileno, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        header = _parse_header(handle, name, os.fstat(fileno).st_size)
+        header = _parse_header(handle, name, file_size)
+        storage: Any = None
+        position = len(header.prefix)
         for spec in header.specs:
             direct = spec.name in targets and _fits(targets[spec.name], spec)
+            itemsize = torch.empty((), dtype=spec.dtype).element_size()
+            if spec.name in mapped and not direct and spec.nbytes and spec.start % itemsize == 0:
+                if storage is None:
+                    storage = torch.UntypedStorage.from_file(name, False, file_size)
+                tensor = torch.empty(0, dtype=spec.dtype).set_(
+                    storage,
+                    spec.start // itemsize,
+                    spec.shape,
+                    _contiguous_strides(spec.shape),
+                )
+                yield spec.name, tensor, False
+                del tensor
+                continue
             tensor = targets[spec.name] if direct else torch.empty(spec.shape, dtype=spec.dtype)
             if spec.nbytes:
+                if position != spec.start:
+                    handle.seek(spec.start)
                 _read_exact(handle, tensor_bytes(tensor.detach()), name, None)
+                position = spec.end
             if direct and bump is not None:
                 bump(tensor)
             yield spec.name, tensor, direct
             del tensor
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))

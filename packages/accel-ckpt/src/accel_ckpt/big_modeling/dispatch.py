@@ -25,6 +25,7 @@ from accel_ckpt.big_modeling.memory import (
     DISK,
     DeviceKey,
     check_devices_exist,
+    get_max_memory,
     normalize_device_key,
 )
 from accel_ckpt.big_modeling.offload import (
@@ -38,7 +39,6 @@ from accel_ckpt.big_modeling.planning import (
     check_device_map,
     compute_module_sizes,
     get_balanced_memory,
-    get_max_memory,
     infer_auto_device_map,
     main_device_of,
 )
@@ -210,7 +210,10 @@ def dispatch_model(
 
     """
     check_device_map(model, device_map)
-    normalized = {key: normalize_device_key(value, f"device_map[{key!r}]") for key, value in device_map.items()}
+    normalized = {
+        key: normalize_device_key(value, f"device_map[{key!r}]")
+        for key, value in device_map.items()
+    }
     values = set(normalized.values())
     check_devices_exist(values)
     if len(values) == 1 and not force_hooks:
@@ -241,12 +244,20 @@ def dispatch_model(
         for name, _ in named_module_tensors(model, include_buffers=offload_buffers, recurse=True)
     }
     disk_names = [n for n in names if n in kept and _device_of(n, normalized) == DISK]
-    cpu_names = [n for n in names if n in kept and offloaded(_device_of(n, normalized)) and n not in disk_names]
+    cpu_names = [
+        n
+        for n in names
+        if n in kept and offloaded(_device_of(n, normalized)) and n not in disk_names
+    ]
     weights: Mapping[str, torch.Tensor] | None = None
     if disk_names or cpu_names:
         tensors = dict(named_module_tensors(model, recurse=True))
         cpu_state = {
-            name: (state_dict[name] if state_dict is not None and name in state_dict else tensors[name].detach().to("cpu"))
+            name: (
+                state_dict[name]
+                if state_dict is not None and name in state_dict
+                else tensors[name].detach().to("cpu")
+            )
             for name in cpu_names
         }
         index = _disk_weights(model, disk_names, offload_dir, offload_index) if disk_names else {}
@@ -276,7 +287,9 @@ def dispatch_model(
                 _torch_device(value), place_submodules=True, skip_keys=skip_keys
             )
             add_hook_to_module(module, hook, append=True)
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True, skip_keys=skip_keys), append=True)
+    add_hook_to_module(
+        model, AlignDevicesHook(io_same_device=True, skip_keys=skip_keys), append=True
+    )
     if any(offloaded(v) for v in values):
         logger.info(
             "Some parameters are on the meta device: they are offloaded to %s.",
@@ -401,7 +414,7 @@ def _plan(
             f"device_map={device_map!r} is not a strategy; use one of {list(STRATEGIES)} or a "
             "dict of module name -> device."
         )
-    memory: Mapping[object, int | str] | None = max_memory
+    memory: Mapping[Any, Any] | None = max_memory
     if device_map != "sequential":
         memory = get_balanced_memory(
             model,
@@ -419,7 +432,9 @@ def _plan(
     )
 
 
-def _check_loaded(model: nn.Module, device_map: Mapping[str, DeviceKey], missing: list[str], unexpected: list[str]) -> None:
+def _check_loaded(
+    model: nn.Module, device_map: Mapping[str, DeviceKey], missing: list[str], unexpected: list[str]
+) -> None:
     tensors = dict(named_module_tensors(model, recurse=True))
     empty = [
         name
@@ -430,7 +445,9 @@ def _check_loaded(model: nn.Module, device_map: Mapping[str, DeviceKey], missing
     ]
     if not empty:
         return
-    hints = {name: difflib.get_close_matches(name, unexpected, n=3, cutoff=0.4) for name in empty[:5]}
+    hints = {
+        name: difflib.get_close_matches(name, unexpected, n=3, cutoff=0.4) for name in empty[:5]
+    }
     raise StateDictMismatchError(
         f"The checkpoint has no weights for {len(empty)} tensor(s) of {type(model).__name__} that "
         f"are still empty (meta): {empty[:5]}. Checkpoint keys the model does not have, closest "
@@ -493,7 +510,9 @@ def load_checkpoint_and_dispatch(
     """
     planned: dict[str, DeviceKey] | None = None
     if isinstance(device_map, str):
-        planned = _plan(model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers)
+        planned = _plan(
+            model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers
+        )
     elif device_map is not None:
         check_device_map(model, device_map)
         planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}

@@ -56,9 +56,7 @@ def init_on_device(
         original_parameter = nn.Module.register_parameter
         original_buffer = nn.Module.register_buffer
 
-        def register_parameter(
-            module: nn.Module, name: str, param: nn.Parameter | None
-        ) -> None:
+        def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
             original_parameter(module, name, param)
             current = module._parameters.get(name)
             if current is not None and current.device != target:
@@ -76,17 +74,17 @@ def init_on_device(
                 module._buffers[name] = current.to(target)
 
         patched: dict[str, Callable[..., Any]] = {}
-        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign,assignment]
         if include:
-            nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
+            nn.Module.register_buffer = register_buffer  # type: ignore[method-assign,assignment]
             for factory in _FACTORIES:
                 patched[factory] = getattr(torch, factory)
                 setattr(torch, factory, _on_device(patched[factory], target))
         try:
             yield
         finally:
-            nn.Module.register_parameter = original_parameter  # type: ignore[method-assign]
-            nn.Module.register_buffer = original_buffer  # type: ignore[method-assign]
+            nn.Module.register_parameter = original_parameter  # type: ignore[method-assign,assignment]
+            nn.Module.register_buffer = original_buffer  # type: ignore[method-assign,assignment]
             for factory, function in patched.items():
                 setattr(torch, factory, function)
 

@@ -10,7 +10,7 @@ that looks for hooked modules finds these too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -105,8 +105,9 @@ def add_hook_to_module(module: nn.Module, hook: ModelHook, append: bool = False)
         existing.detach_hook(module)
     elif isinstance(existing, ModelHook):
         existing.detach_hook(module)
+    old_forward: Callable[..., Any]
     if "_old_forward" in module.__dict__:
-        old_forward = module._old_forward
+        old_forward = module.__dict__["_old_forward"]
     else:
         old_forward = module.forward
         module._old_forward = old_forward  # type: ignore[assignment]
@@ -202,7 +203,9 @@ class AlignDevicesHook(ModelHook):
                 for name, _ in named_module_tensors(module, recurse=recurse):
                     set_module_tensor_to_device(module, name, self.execution_device)
             return module
-        tensors = list(named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse))
+        tensors = list(
+            named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse)
+        )
         self.param_original_devices = {name: t.device for name, t in tensors}
         if self.weights_map is None:
             self.weights_map = {name: t.detach().to("cpu") for name, t in tensors}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 
@@ -89,7 +90,7 @@ def available_cpu_memory() -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def _device_module(kind: str) -> object:
+def _device_module(kind: str) -> Any:
     return getattr(torch, kind)
 
 
@@ -130,7 +131,7 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
 def visible_gpu_count() -> int:
     """How many GPUs (of the current accelerator type) this process sees."""
     kind = _accelerator_type()
-    return int(getattr(_device_module(kind), "device_count")()) if kind is not None else 0
+    return int(_device_module(kind).device_count()) if kind is not None else 0
 
 
 def check_devices_exist(devices: Iterable[DeviceKey], argument: str = "device_map") -> None:

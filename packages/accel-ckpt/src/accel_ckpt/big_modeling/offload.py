@@ -112,14 +112,12 @@ def load_offloaded_weight(path: PathLike, weight_info: Mapping[str, object]) -> 
     shape = [int(d) for d in weight_info["shape"]]  # type: ignore[attr-defined]
     tensor = empty_released(shape, dtype)
     view = tensor_bytes(tensor)
-    try:
-        handle = open(path, "rb", buffering=0)
-    except FileNotFoundError:
+    if not os.path.exists(path):
         raise CheckpointNotFoundError(
             f"The offloaded weight {os.fspath(path)} is missing; the offload folder was changed "
             "after loading. Load the checkpoint again."
-        ) from None
-    with handle:
+        )
+    with open(path, "rb", buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size != len(view):
             raise CorruptCheckpointError(

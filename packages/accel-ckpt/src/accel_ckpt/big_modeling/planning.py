@@ -12,16 +12,21 @@ them to run.
 from __future__ import annotations
 
 import difflib
-from collections import defaultdict
 import logging
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Union
 
 import torch
 from torch import nn
 
-from accel_ckpt.big_modeling.memory import CPU, DISK, DeviceKey, get_max_memory, normalize_device_key
+from accel_ckpt.big_modeling.memory import (
+    CPU,
+    DISK,
+    DeviceKey,
+    get_max_memory,
+    normalize_device_key,
+)
 from accel_ckpt.big_modeling.tensors import named_module_tensors, tensor_nbytes
 from accel_ckpt.errors import DeviceMapError
 from accel_ckpt.placement import resolve_dtype
@@ -29,8 +34,8 @@ from accel_ckpt.sizes import format_size
 
 logger = logging.getLogger(__name__)
 
-DtypeLike = Union[str, torch.dtype]
-_Item = tuple[str, Union[nn.Module, torch.Tensor]]
+DtypeLike = str | torch.dtype
+_Item = tuple[str, nn.Module | torch.Tensor]
 
 
 def _dtype_for(
@@ -62,9 +67,7 @@ def compute_module_sizes(
     resolved = resolve_dtype(dtype)
     special = _resolve_special(special_dtypes)
     sizes: dict[str, int] = defaultdict(int)
-    tensors = (
-        model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
-    )
+    tensors = model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
     for name, tensor in tensors:
         size = tensor_nbytes(tensor, _dtype_for(name, resolved, special))
         parts = name.split(".")
@@ -153,7 +156,9 @@ class _Tensors:
                     if tensor is None:
                         continue
                     name = f"{prefix}.{leaf}" if prefix else leaf
-                    self.size.setdefault(id(tensor), tensor_nbytes(tensor, _dtype_for(name, dtype, special)))
+                    self.size.setdefault(
+                        id(tensor), tensor_nbytes(tensor, _dtype_for(name, dtype, special))
+                    )
 
     def of(self, obj: nn.Module | torch.Tensor) -> set[int]:
         """Identities of the tensors in ``obj`` (itself when a tensor), tied ones included."""
@@ -241,7 +246,12 @@ def infer_auto_device_map(
         if device in main_devices and left > room and layer:
             room = max(0, room - layer)
             if verbose:
-                logger.info("Keeping %s on %s for the largest layer %s.", format_size(layer), device, layer_names)
+                logger.info(
+                    "Keeping %s on %s for the largest layer %s.",
+                    format_size(layer),
+                    device,
+                    layer_names,
+                )
 
     open_next()
     while queue:
@@ -254,9 +264,7 @@ def infer_auto_device_map(
             device_map[name] = placed[next(iter(tensors.of(obj)))]
             continue
         partners = [
-            position
-            for position in range(1, len(queue))
-            if tensors.of(queue[position][1]) & own
+            position for position in range(1, len(queue)) if tensors.of(queue[position][1]) & own
         ]
         group = set(own)
         for position in partners:
@@ -275,9 +283,15 @@ def infer_auto_device_map(
                 queue.pop(position)
             queue.pop(0)
             continue
-        if isinstance(obj, nn.Module) and not _no_split(obj, no_split) and next(obj.children(), None):
+        if (
+            isinstance(obj, nn.Module)
+            and not _no_split(obj, no_split)
+            and next(obj.children(), None)
+        ):
             if verbose:
-                logger.info("Splitting %s (%s does not fit on %s).", name, format_size(needed), device)
+                logger.info(
+                    "Splitting %s (%s does not fit on %s).", name, format_size(needed), device
+                )
             queue[0:1] = _children(name, obj)
             continue
         open_next()
@@ -304,10 +318,14 @@ def _in_model_order(model: nn.Module, device_map: dict[str, DeviceKey]) -> dict[
             order.setdefault(dotted + name, len(order))
 
     walk(model, "")
-    return {key: device_map[key] for key in sorted(device_map, key=lambda k: order.get(k, len(order)))}
+    return {
+        key: device_map[key] for key in sorted(device_map, key=lambda k: order.get(k, len(order)))
+    }
 
 
-def clean_device_map(device_map: Mapping[str, DeviceKey], module_name: str = "") -> dict[str, DeviceKey]:
+def clean_device_map(
+    device_map: Mapping[str, DeviceKey], module_name: str = ""
+) -> dict[str, DeviceKey]:
     """Merge entries: a module whose tensors all go to one device gets a single entry.
 
     Keeps the order of the first entry of each merged group.
@@ -358,8 +376,7 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None
     for key, value in device_map.items():
         normalize_device_key(value, f"device_map[{key!r}]")
     names = [
-        name
-        for name, _ in named_module_tensors(model, recurse=True, remove_non_persistent=True)
+        name for name, _ in named_module_tensors(model, recurse=True, remove_non_persistent=True)
     ]
     known = {name for name, _ in named_module_tensors(model, recurse=True)}
     known |= {name for name, _ in model.named_modules()}

@@ -91,16 +91,17 @@ def set_module_tensor_to_device(
                 f"{tensor_name!r} is on the meta device; pass value= to give it data on {target}."
             )
         value = old
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype.removeprefix("torch."))
-    if dtype is None and value.is_floating_point() and old.is_floating_point():
-        dtype = old.dtype
+    resolved: torch.dtype | None = (
+        getattr(torch, dtype.removeprefix("torch.")) if isinstance(dtype, str) else dtype
+    )
+    if resolved is None and value.is_floating_point() and old.is_floating_point():
+        resolved = old.dtype
     if value.shape != old.shape and old.device.type != "meta":
         raise InvalidArgumentError(
             f"Cannot set {tensor_name!r}: value has shape {list(value.shape)}, the module "
             f"{list(old.shape)}."
         )
-    new = value.to(device=target, dtype=dtype if value.is_floating_point() else None)
+    new = value.to(device=target, dtype=resolved if value.is_floating_point() else None)
     if is_param:
         param_cls = type(old) if isinstance(old, nn.Parameter) else nn.Parameter
         if not isinstance(new, nn.Parameter) or new.device != value.device:
