@@ -78,9 +78,19 @@ def _device_of(name: str, device_map: Mapping[str, DeviceKey]) -> DeviceKey | No
 
 
 def _place_tensors(
-    model: nn.Module, device_map: Mapping[str, DeviceKey], offloaded: Callable[[DeviceKey], bool]
+    model: nn.Module,
+    device_map: Mapping[str, DeviceKey],
+    offloaded: Callable[[DeviceKey | None], bool],
+    main: DeviceKey,
+    offload_buffers: bool,
+    weights: Mapping[str, torch.Tensor] | None,
 ) -> None:
-    """Move every tensor that stays in memory to its device, once per tensor (ties survive)."""
+    """Move every tensor that stays in memory to its device, once per tensor (ties survive).
+
+    Offloaded tensors stay for the hooks, except buffers (unless ``offload_buffers``) and tensors
+    that are device-map entries of their own (no module hook brings them in): those go to
+    ``main``, where offloaded modules run.
+    """
     holders: dict[int, list[tuple[nn.Module, str, bool, str]]] = {}
     for prefix, module in model.named_modules(remove_duplicate=False):
         for table, is_param in ((module._parameters, True), (module._buffers, False)):
@@ -91,14 +101,23 @@ def _place_tensors(
     for slots in holders.values():
         module, leaf, is_param, name = slots[0]
         device = _device_of(name, device_map)
-        if device is None or offloaded(device):
+        if device is None:
             continue
         current = module._parameters[leaf] if is_param else module._buffers[leaf]
         assert current is not None
+        source: torch.Tensor = current
+        if offloaded(device):
+            if is_param and name not in device_map:
+                continue
+            if not is_param and offload_buffers and name not in device_map:
+                continue
+            device = main
+            if current.device.type == "meta" and weights is not None and name in weights:
+                source = weights[name]
         target = _torch_device(device)
-        if current.device == target or current.device.type == "meta":
+        if source.device.type == "meta" or (source is current and current.device == target):
             continue
-        moved: torch.Tensor = current.detach().to(target)
+        moved: torch.Tensor = source.detach().to(target)
         if is_param:
             moved = nn.Parameter(moved, requires_grad=current.requires_grad)
         for holder, holder_leaf, holder_is_param, _ in slots:
@@ -266,7 +285,7 @@ def dispatch_model(
             save_folder=offload_dir,
             index={name: index[name] for name in disk_names},
         )
-    _place_tensors(model, normalized, offloaded)
+    _place_tensors(model, normalized, offloaded, main, offload_buffers, weights)
     for key, value in normalized.items():
         module = _module_for(model, key)
         if module is None:
