@@ -7,6 +7,8 @@ about twice as fast as ``Tensor.copy_``, whose parallel copy waits for its slowe
 from __future__ import annotations
 
 import ctypes
+import math
+import mmap
 
 import torch
 
@@ -42,3 +44,22 @@ def snapshot_into(destination: torch.Tensor, source: torch.Tensor) -> None:
         copy_from_tensor(destination.data_ptr(), source, 0, source.numel() * source.element_size())
     else:
         destination.copy_(source, non_blocking=destination.is_pinned())
+
+
+#: Tensors at least this large are read into their own anonymous memory map.
+_MAPPED_MIN_BYTES = 1 << 20
+
+
+def empty_released(shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor whose memory goes back to the OS as soon as it is freed.
+
+    Large tensors get their own anonymous ``mmap``: weights read for one forward pass and dropped
+    after it would otherwise stay in the allocator's heap (glibc keeps freed chunks below its
+    adaptive mmap threshold), so the process would keep the memory of every offloaded layer.
+    """
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes < _MAPPED_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    region = mmap.mmap(-1, nbytes)
+    return torch.frombuffer(region, dtype=dtype, count=numel).view(shape)

@@ -27,7 +27,7 @@ from accel_ckpt.checksum import Crc32, FileRecord
 from accel_ckpt.direct_io import DirectFileWriter
 from accel_ckpt.dtypes import safetensors_code, torch_dtype
 from accel_ckpt.errors import CorruptCheckpointError
-from accel_ckpt.memory import tensor_bytes
+from accel_ckpt.memory import empty_released, tensor_bytes
 
 #: Bytes per buffered ``os.write`` call; also the unit handed to the CRC thread.
 CHUNK_SIZE = 32 * 1024 * 1024
@@ -400,7 +400,7 @@ def iter_safetensors(
                 yield spec.name, tensor, False
                 del tensor
                 continue
-            tensor = targets[spec.name] if direct else torch.empty(spec.shape, dtype=spec.dtype)
+            tensor = targets[spec.name] if direct else empty_released(list(spec.shape), spec.dtype)
             if spec.nbytes:
                 if position != spec.start:
                     handle.seek(spec.start)
