@@ -22,6 +22,7 @@ from accel_launch.config.schema import (
     RDZV_BACKENDS,
 )
 from accel_launch.errors import ConfigError
+from accel_launch.spellings import add_hyphenated_spellings
 
 DESCRIPTION = (
     "Run a Python script (or module, or program) on one or many processes and machines. Any torch "
@@ -58,7 +59,10 @@ def _bool_flag(group: Any, name: str, help_text: str) -> None:
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add every ``accel launch`` flag and the positional script arguments to ``parser``."""
+    """Add every ``accel launch`` flag and the positional script arguments to ``parser``.
+
+    Every multi-word flag is accepted with hyphens too (``--num-processes``), as in Accelerate.
+    """
     parser.add_argument(
         "--config_file",
         default=None,
@@ -280,7 +284,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         nargs=argparse.REMAINDER,
         help="Arguments passed to the script unchanged.",
     )
-    return parser
+    return add_hyphenated_spellings(parser)
 
 
 def build_launch_parser(prog: str = "accel launch") -> argparse.ArgumentParser:
