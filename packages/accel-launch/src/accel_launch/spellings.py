@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+from collections.abc import Sequence
 
 
 def _hyphenated(option: str) -> str | None:
@@ -17,7 +18,7 @@ def _hyphenated(option: str) -> str | None:
     return "--" + option[2:].replace("_", "-")
 
 
-def _is_twin(option: str, options: list[str]) -> bool:
+def _is_twin(option: str, options: Sequence[str]) -> bool:
     """Whether ``option`` is the hyphenated twin of another option in ``options``."""
     return (
         option.startswith("--")
@@ -48,7 +49,7 @@ def add_hyphenated_spellings(parser: argparse.ArgumentParser) -> argparse.Argume
         for option in list(action.option_strings):
             twin = _hyphenated(option)
             if twin is not None and twin not in parser._option_string_actions:
-                action.option_strings.append(twin)
+                action.option_strings = [*action.option_strings, twin]
                 parser._option_string_actions[twin] = action
     parser.formatter_class = OneSpellingHelpFormatter
     return parser
