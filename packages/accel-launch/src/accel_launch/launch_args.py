@@ -188,7 +188,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "--main_training_function",
         help="Function of the script the XLA launcher calls (main).",
     )
-    _add(tpu, "--downcast_bf16", action="store_true", help="On XLA, store float32 as bfloat16.")
+    _add(
+        tpu,
+        "--downcast_bf16",
+        action="store_true",
+        help="With --tpu and --mixed_precision bf16: compute float32 as bfloat16 and float64 as "
+        "float32 (torch_xla's XLA_DOWNCAST_BF16). Refused on other launches.",
+    )
 
     deepspeed = parser.add_argument_group("DeepSpeed (with --use_deepspeed)")
     _add(deepspeed, "--deepspeed_config_file", help="DeepSpeed JSON config file.")
