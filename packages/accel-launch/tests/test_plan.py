@@ -274,6 +274,9 @@ def test_flags_a_one_process_launch_cannot_use_are_named():
     assert any("--tee, --monitor_interval only act on multi-process" in n for n in plan.notes)
     assert any("--main_training_function only acts on XLA" in n for n in plan.notes)
     assert not any("only act" in n for n in plan_for("--cpu", "--num_processes", "2").notes)
+    static = plan_for("--cpu", "--num_processes", "2", "--rdzv_backend", "static")
+    assert static.rdzv_backend == "c10d"
+    assert any("--rdzv_backend static is for several machines" in n for n in static.notes)
 
 
 def test_gpu_ids_select_devices_and_default_process_count():

@@ -223,7 +223,7 @@ def _xla_bf16_env(config: AccelConfig, kind: DistributedType | None, typed: bool
     return {"XLA_DOWNCAST_BF16": "1"}
 
 
-def _mode_notes(args: argparse.Namespace, mode: str) -> list[str]:
+def _mode_notes(args: argparse.Namespace, mode: str, num_machines: int) -> list[str]:
     """Notes for typed flags the chosen launch mode has no use for."""
     notes = []
     if mode == SINGLE:
@@ -235,6 +235,11 @@ def _mode_notes(args: argparse.Namespace, mode: str) -> list[str]:
                 "(torch elastic) launches; this one-process launch runs the script directly "
                 "(pass --num_processes 2 or --max_restarts 1 to go through torch elastic)"
             )
+    if mode == ELASTIC and num_machines == 1 and getattr(args, "rdzv_backend", None) == "static":
+        notes.append(
+            "--rdzv_backend static is for several machines; one machine always uses a c10d store "
+            "on a free port (as torchrun --standalone), so jobs never collide"
+        )
     if mode != XLA and getattr(args, "main_training_function", None) is not None:
         notes.append(
             "--main_training_function only acts on XLA launches (--tpu); the script runs whole"
@@ -366,7 +371,7 @@ def build_plan(
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
-    notes.extend(_mode_notes(args, mode))
+    notes.extend(_mode_notes(args, mode, num_machines))
     gpu_ids = parse_gpu_ids(config.gpu_ids)
     if gpu_ids is not None and not use_cpu:
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
