@@ -109,14 +109,28 @@ def test_errors_name_the_problem_and_exit_2(capsys, monkeypatch, argv, message):
     assert message in err and err.startswith("accel estimate-memory: error:")
 
 
-def test_registration_imports_no_torch():
-    code = (
-        "import sys, argparse\n"
-        "from importlib.metadata import entry_points\n"
-        "(point,) = [p for p in entry_points(group='accel.commands') if p.name == 'estimate-memory']\n"
-        "sub = argparse.ArgumentParser().add_subparsers()\n"
-        "point.load()(sub)\n"
-        "assert 'estimate-memory' in sub.choices\n"
+def test_accel_cli_runs_the_command_and_registration_imports_no_torch():
+    probe = (
+        "import sys\n"
+        "from accel_launch.cli import build_parser, main\n"
+        "args = build_parser().parse_args(['estimate-memory', 'estimate_models:Small'])\n"
+        "assert args.handler.__module__ == 'accel.commands.estimate'\n"
+        "assert main(['estimate-memory', 'bert-base-cased']) == 2\n"
         "assert 'torch' not in sys.modules, 'registration imported torch'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=HERE
+    )
+    assert refused.returncode == 0, refused.stderr
+    assert "cannot download Hub models" in refused.stderr
+    command = ["estimate-memory", "estimate_models:tied", "--dtypes", "bfloat16", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "accel_launch.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE,
+    )
+    assert result.returncode == 0, result.stderr
+    estimate = json.loads(result.stdout)
+    assert estimate["parameters"] == 800 and estimate["rows"][0]["training"] == 4 * 800 * 2

@@ -97,6 +97,15 @@ def estimate_command(args: argparse.Namespace) -> int:
     if refused:
         print(f"accel estimate-memory: error: {refused}", file=sys.stderr)
         return 2
+    module_part, sep, attribute = args.model_spec.rpartition(":")
+    if not (sep and module_part and attribute):
+        print(
+            f"accel estimate-memory: error: MODEL_SPEC {args.model_spec!r} is not "
+            "module:callable. accel cannot download Hub models; name a function or class that "
+            "builds the model, e.g. mypkg.models:build or torchvision.models:resnet50.",
+            file=sys.stderr,
+        )
+        return 2
     from accel.commands.memory_estimate import estimate_model_memory, format_table, load_model_spec
 
     try:
