@@ -149,8 +149,13 @@ def test_mlflow_file_store_holds_params_and_metrics(tracker_env):
     assert accelerator.get_tracker("mlflow", unwrap=True).info.run_name == "first"
     accelerator.log({"loss": torch.tensor(0.5), "note": "not a number"}, step=3)
     accelerator.log({"loss": 0.25}, step=4)
+    notes = tracker_env / "notes.txt"
+    notes.write_text("kept with the run")
+    accelerator.get_tracker("mlflow").log_artifact(notes)
     accelerator.end_training()
     ((name, params, metrics, tags),) = mlflow_store_contents(store, "accel-experiment")
+    (artifact,) = store.glob("*/*/artifacts/notes.txt")
+    assert artifact.read_text() == "kept with the run"
     assert name == "first" and tags["k"] == "v"
     assert params == {"lr": "0.1", "optimizer": "adam"}
     assert set(metrics) == {"loss"}

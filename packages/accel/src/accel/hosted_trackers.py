@@ -123,12 +123,6 @@ class WandBTracker(GeneralTracker):
         """``run.log(values, step=step, **kwargs)``; scalar tensors become numbers."""
         self.run.log({key: _scalar(value) for key, value in values.items()}, step=step, **kwargs)
 
-    def log_images(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Log lists of images (arrays, tensors or PIL images) as ``wandb.Image``."""
-        wandb = _import("wandb")
-        images = {key: [wandb.Image(image) for image in items] for key, items in values.items()}
-        self.run.log(images, step=step, **kwargs)
-
     def finish(self) -> None:
         """End the run (an offline run's files are complete afterwards)."""
         self.run.finish()
