@@ -150,7 +150,6 @@ def test_concurrent_launches_pick_free_ports_and_failures_raise_child_failed_err
     [
         ({"rdzv_backend": "etcd"}, "rdzv_backend"),
         ({"monitor_interval": 0}, "monitor_interval"),
-        ({"num_nodes": 2, "num_processes": 2}, "use_port"),
         ({"use_port": "http"}, "use_port"),
     ],
 )
@@ -160,3 +159,26 @@ def test_bad_rendezvous_arguments(monkeypatch, kwargs, match):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(NotebookLaunchError, match=match):
         notebook.notebook_launcher(lambda: None, **kwargs)
+
+
+def test_rendezvous_defaults():
+    def resolve(**kwargs):
+        base = {
+            "rdzv_backend": "static",
+            "rdzv_endpoint": "",
+            "rdzv_conf": None,
+            "rdzv_id": "none",
+            "use_port": None,
+            "master_addr": "10.0.0.1",
+            "node_rank": 1,
+            "num_nodes": 2,
+        }
+        return notebook._rendezvous(**{**base, **kwargs})
+
+    several = resolve()
+    assert several.endpoint == "10.0.0.1:29500" and several.conf == {"rank": 1}
+    assert several.run_id == "none"  # shared by every machine
+    given = resolve(rdzv_backend="c10d", rdzv_endpoint="h:1234", rdzv_conf={"timeout": 9})
+    assert (given.endpoint, given.conf) == ("h:1234", {"timeout": 9})
+    one = resolve(num_nodes=1, node_rank=0, master_addr="127.0.0.1")
+    assert one.endpoint != "127.0.0.1:29500" and one.run_id != "none"

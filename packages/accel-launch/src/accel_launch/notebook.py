@@ -25,6 +25,7 @@ from accel_state.contract import LaunchContract
 from accel_state.errors import EnvironmentConfigError
 from accel_state.types import PrecisionType
 
+DEFAULT_MULTI_NODE_PORT = 29500
 _AGENT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 
 
@@ -131,12 +132,9 @@ def _rendezvous(
     if not rdzv_endpoint:
         if use_port is None and num_nodes == 1:
             # c10d binds port 0 and shares what the OS gave; static needs a number up front.
-            port = 0 if rdzv_backend == "c10d" else _free_port(master_addr)
+            port = 0 if rdzv_backend == "c10d" else _free_port()
         elif use_port is None:
-            raise NotebookLaunchError(
-                f"num_nodes={num_nodes} needs use_port (or rdzv_endpoint): every machine must "
-                "name the same port on node 0, e.g. use_port=29500."
-            )
+            port = DEFAULT_MULTI_NODE_PORT  # every machine must agree on it: Accelerate's default
         else:
             port = _port(use_port)
         rdzv_endpoint = f"{master_addr}:{port}"
@@ -145,10 +143,10 @@ def _rendezvous(
     return _Rendezvous(rdzv_backend, rdzv_endpoint, conf, rdzv_id)
 
 
-def _free_port(host: str) -> int:
-    """A TCP port on ``host`` that the OS reports free (another job's port never is)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
+def _free_port() -> int:
+    """A TCP port the OS reports free on every interface (another job's port never is)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
         return int(sock.getsockname()[1])
 
 
@@ -187,7 +185,7 @@ def notebook_launcher(
         num_processes: Processes on this machine; default: every GPU, or 1 without GPUs.
         mixed_precision: ``no``, ``fp16``, ``bf16`` or ``fp8``, handed to the workers.
         use_port: Rendezvous port on ``master_addr``. Default on one machine: a free port, so
-            two launches never collide; several machines must name the same one.
+            two launches never collide; on several machines 29500 (all must agree).
         master_addr: Address of node 0.
         node_rank: Index of this machine.
         num_nodes: Machines taking part (run the same cell on each).
