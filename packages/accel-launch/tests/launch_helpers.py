@@ -106,4 +106,6 @@ def wait_dead(pids: list[int], seconds: float = 10) -> list[int]:
 
 
 def read_pids(folder: Path) -> list[int]:
-    return [int(path.read_text()) for path in folder.glob("*.pid")]
+    """Pids the workers wrote so far (a file just created and still empty is not one yet)."""
+    texts = [path.read_text().strip() for path in folder.glob("*.pid")]
+    return [int(text) for text in texts if text]

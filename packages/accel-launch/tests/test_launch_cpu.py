@@ -96,22 +96,26 @@ def test_module_flag_and_accel_launch_entry_point(tmp_path):
 
 
 def test_single_process_runs_the_script_directly(tmp_path):
+    env = clean_env(PLAIN_WORKER_EXIT="3")
+    env.pop("OMP_NUM_THREADS")
     result = run(
         accel_cmd(
             "launch",
             "--cpu",
-            "--num_processes",
+            "--num-processes",  # Accelerate's hyphenated spelling
             "1",
             str(SCRIPTS / "plain_worker.py"),
             str(tmp_path),
             "a",
         ),
-        env=clean_env(PLAIN_WORKER_EXIT="3"),
+        env=env,
     )
     assert result.returncode == 3, result.stderr
     record = records(tmp_path)["rank0.json"]
     assert record["torchrun"]["RANK"] is None and record["rank_sum"] is None
     assert record["argv"] == ["a"] and record["env"][USE_CPU] == "true"
+    # Threads as for several processes: every core for the one local process.
+    assert record["env"]["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 
 def test_the_rank_that_raised_first_is_named_even_when_a_peer_exits_before_it():

@@ -1,6 +1,9 @@
 """notebook_launcher / debug_launcher from a plain interpreter."""
 
+import json
+import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from launch_helpers import clean_env, run
@@ -89,3 +92,93 @@ def test_bad_arguments(monkeypatch, kwargs, match):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(NotebookLaunchError, match=match):
         notebook.notebook_launcher(lambda: None, **kwargs)
+
+
+CONCURRENT = (
+    FUNCTION
+    + """
+import json
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from accel_launch.errors import JobFailedError
+out_dir, tag, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+notebook_launcher(train, args=(out_dir, tag), num_processes=2, **kwargs)
+def broken(fail_rank):
+    import os
+    if int(os.environ["RANK"]) == fail_rank:
+        raise ValueError("bad idea in worker")
+try:
+    notebook_launcher(broken, args=(1,), num_processes=2, **kwargs)
+except ChildFailedError as error:
+    print("CHILD", sorted(error.failures), isinstance(error, JobFailedError), error.exit_code)
+    print(error)
+"""
+)
+
+
+def test_concurrent_launches_pick_free_ports_and_failures_raise_child_failed_error(tmp_path):
+    """Two notebook launches at once, neither naming a port; each then sees a worker fail."""
+    jobs = {
+        "a": {},
+        "b": {
+            "rdzv_backend": "c10d",
+            "rdzv_conf": {"join_timeout": 60},
+            "monitor_interval": 0.2,
+            "log_line_prefix_template": "[b${local_rank}]:",
+        },
+    }
+
+    def launch(tag):
+        argv = [sys.executable, "-c", CONCURRENT, str(tmp_path), tag, json.dumps(jobs[tag])]
+        return run(argv, env=clean_env(CUDA_VISIBLE_DEVICES=""), timeout=150)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(jobs, pool.map(launch, jobs), strict=True))
+    ports = {}
+    for tag, result in results.items():
+        assert result.returncode == 0, result.stderr
+        ports[tag] = re.findall(r"rendezvous 127.0.0.1:(\d+)", result.stderr)
+        assert "CHILD [1] True 1" in result.stdout, result.stdout
+        assert "ValueError: bad idea in worker" in result.stdout
+    assert len(ports["a"]) == 2 and "29500" not in ports["a"]  # a free port each time
+    assert ports["b"] == ["0", "0"]  # c10d: the OS picks the port when the store binds
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a0", "a1", "b0", "b1"]
+    assert all(path.read_text() == "2.0 no cpu" for path in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rdzv_backend": "etcd"}, "rdzv_backend"),
+        ({"monitor_interval": 0}, "monitor_interval"),
+        ({"use_port": "http"}, "use_port"),
+    ],
+)
+def test_bad_rendezvous_arguments(monkeypatch, kwargs, match):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(NotebookLaunchError, match=match):
+        notebook.notebook_launcher(lambda: None, **kwargs)
+
+
+def test_rendezvous_defaults():
+    def resolve(**kwargs):
+        base = {
+            "rdzv_backend": "static",
+            "rdzv_endpoint": "",
+            "rdzv_conf": None,
+            "rdzv_id": "none",
+            "use_port": None,
+            "master_addr": "10.0.0.1",
+            "node_rank": 1,
+            "num_nodes": 2,
+        }
+        return notebook._rendezvous(**{**base, **kwargs})
+
+    several = resolve()
+    assert several.endpoint == "10.0.0.1:29500" and several.conf == {"rank": 1}
+    assert several.run_id == "none"  # shared by every machine
+    given = resolve(rdzv_backend="c10d", rdzv_endpoint="h:1234", rdzv_conf={"timeout": 9})
+    assert (given.endpoint, given.conf) == ("h:1234", {"timeout": 9})
+    one = resolve(num_nodes=1, node_rank=0, master_addr="127.0.0.1")
+    assert one.endpoint != "127.0.0.1:29500" and one.run_id != "none"

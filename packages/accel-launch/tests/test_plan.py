@@ -29,7 +29,7 @@ def test_single_process_runs_directly_without_torchrun_variables():
     plan = plan_for("--cpu")
     assert plan.mode == "single" and plan.num_processes == 1
     assert "RANK" not in plan.env and "WORLD_SIZE" not in plan.env
-    assert "OMP_NUM_THREADS" not in plan.env
+    assert plan.env["OMP_NUM_THREADS"] == str(cpu_count())  # the multi-process rule, for 1
     assert LaunchContract.from_env(plan.env).use_cpu is True
     assert any("num_processes" in note for note in plan.notes)
 
@@ -245,6 +245,38 @@ def test_thread_count_rules():
         env={"OMP_NUM_THREADS": "7"},
     )
     assert explicit.env["OMP_NUM_THREADS"] == "3"
+    # One process follows the same rules: cores // 1 on CPU, the user's value, an inherited one.
+    single = plan_for("--cpu")
+    assert single.mode == "single" and single.env["OMP_NUM_THREADS"] == str(cpu_count())
+    assert plan_for("--cpu", "--num_cpu_threads_per_process", "3").env["OMP_NUM_THREADS"] == "3"
+    assert "OMP_NUM_THREADS" not in plan_for("--cpu", env={"OMP_NUM_THREADS": "7"}).env
+    assert "OMP_NUM_THREADS" not in plan_for(env={"CUDA_VISIBLE_DEVICES": "0"}).env  # one GPU
+
+
+def test_downcast_bf16_acts_on_xla_and_is_refused_elsewhere():
+    plan = plan_for("--tpu", "--mixed_precision", "bf16", "--downcast-bf16")
+    assert plan.env["XLA_DOWNCAST_BF16"] == "1"
+    assert LaunchContract.from_env(plan.env).downcast_bf16 is True
+    assert "XLA_DOWNCAST_BF16" not in plan_for("--tpu", "--mixed_precision", "bf16").env
+    with pytest.raises(LaunchArgumentError, match="--downcast_bf16 only applies to XLA"):
+        plan_for("--cpu", "--downcast_bf16")
+    with pytest.raises(LaunchArgumentError, match="--mixed_precision bf16"):
+        plan_for("--tpu", "--downcast_bf16")
+    # Accelerate's config files carry downcast_bf16 for every machine; off XLA it does nothing.
+    from_file = AccelConfig(downcast_bf16=True, mixed_precision="bf16")
+    assert "XLA_DOWNCAST_BF16" not in plan_for("--cpu", config=from_file).env
+
+
+def test_flags_a_one_process_launch_cannot_use_are_named():
+    plan = plan_for(
+        "--cpu", "--tee", "3", "--monitor_interval", "1", "--main_training_function", "f"
+    )
+    assert any("--tee, --monitor_interval only act on multi-process" in n for n in plan.notes)
+    assert any("--main_training_function only acts on XLA" in n for n in plan.notes)
+    assert not any("only act" in n for n in plan_for("--cpu", "--num_processes", "2").notes)
+    static = plan_for("--cpu", "--num_processes", "2", "--rdzv_backend", "static")
+    assert static.rdzv_backend == "c10d"
+    assert any("--rdzv_backend static is for several machines" in n for n in static.notes)
 
 
 def test_gpu_ids_select_devices_and_default_process_count():

@@ -77,3 +77,27 @@ def test_tpu_without_torch_xla_names_the_extra():
     result = run(accel_cmd("launch", "--tpu", str(SCRIPTS / "xla_worker.py")), timeout=60)
     assert result.returncode == 1
     assert "needs torch_xla" in result.stderr and "accel-launch[xla]" in result.stderr
+
+
+DOWNCAST_SCRIPT = """
+import os
+import torch
+import torch_xla.core.xla_model as xm
+
+def main():
+    value = torch.tensor([1 + 2**-10], device=xm.xla_device())  # not representable in bfloat16
+    print("downcast", os.environ.get("XLA_DOWNCAST_BF16"), (value * 1.0).cpu().item(), flush=True)
+"""
+
+
+@pytest.mark.xla
+def test_downcast_bf16_makes_xla_compute_float32_in_bfloat16(tmp_path):
+    script = tmp_path / "downcast.py"
+    script.write_text(DOWNCAST_SCRIPT)
+    outputs = []
+    for extra in ([], ["--downcast-bf16"]):
+        flags = ["--tpu", "--num_processes", "1", "--mixed_precision", "bf16", *extra]
+        result = run(accel_cmd("launch", *flags, str(script)), env=xla_env(), timeout=240)
+        assert result.returncode == 0, result.stdout + result.stderr
+        outputs.append(next(ln for ln in result.stdout.splitlines() if ln.startswith("downcast")))
+    assert outputs == ["downcast None 1.0009765625", "downcast 1 1.0"]

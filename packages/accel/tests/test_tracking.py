@@ -92,19 +92,6 @@ def test_tracker_errors_name_the_fix():
     assert "jsonl" in resolve_trackers("all") and "csv" in resolve_trackers("all")
 
 
-def _log_on_two_processes(directory: str) -> None:
-    accelerator = Accelerator(log_with="jsonl", project_dir=directory)
-    accelerator.init_trackers("shared")
-    accelerator.log({"rank": accelerator.process_index}, step=accelerator.process_index)
-    accelerator.end_training()
-
-
-def test_only_the_main_process_writes(tmp_path):
-    spawn_workers(_log_on_two_processes, 2, args=(str(tmp_path),), timeout=120)
-    lines = (tmp_path / "shared" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["rank"] for line in lines] == [0]
-
-
 def _logging_in_order(path: str) -> None:
     accelerator = Accelerator()
     handler = logging.FileHandler(f"{path}.{accelerator.process_index}")

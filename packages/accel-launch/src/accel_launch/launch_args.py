@@ -22,6 +22,7 @@ from accel_launch.config.schema import (
     RDZV_BACKENDS,
 )
 from accel_launch.errors import ConfigError
+from accel_launch.spellings import add_hyphenated_spellings
 
 DESCRIPTION = (
     "Run a Python script (or module, or program) on one or many processes and machines. Any torch "
@@ -58,7 +59,10 @@ def _bool_flag(group: Any, name: str, help_text: str) -> None:
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add every ``accel launch`` flag and the positional script arguments to ``parser``."""
+    """Add every ``accel launch`` flag and the positional script arguments to ``parser``.
+
+    Every multi-word flag is accepted with hyphens too (``--num-processes``), as in Accelerate.
+    """
     parser.add_argument(
         "--config_file",
         default=None,
@@ -184,7 +188,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "--main_training_function",
         help="Function of the script the XLA launcher calls (main).",
     )
-    _add(tpu, "--downcast_bf16", action="store_true", help="On XLA, store float32 as bfloat16.")
+    _add(
+        tpu,
+        "--downcast_bf16",
+        action="store_true",
+        help="With --tpu and --mixed_precision bf16: compute float32 as bfloat16 and float64 as "
+        "float32 (torch_xla's XLA_DOWNCAST_BF16). Refused on other launches.",
+    )
 
     deepspeed = parser.add_argument_group("DeepSpeed (with --use_deepspeed)")
     _add(deepspeed, "--deepspeed_config_file", help="DeepSpeed JSON config file.")
@@ -280,7 +290,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         nargs=argparse.REMAINDER,
         help="Arguments passed to the script unchanged.",
     )
-    return parser
+    return add_hyphenated_spellings(parser)
 
 
 def build_launch_parser(prog: str = "accel launch") -> argparse.ArgumentParser:

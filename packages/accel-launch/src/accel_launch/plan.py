@@ -186,11 +186,65 @@ def _thread_env(
 ) -> dict[str, str]:
     if config.num_cpu_threads_per_process is not None:
         return {"OMP_NUM_THREADS": str(config.num_cpu_threads_per_process)}
-    if "OMP_NUM_THREADS" in environ or mode != ELASTIC:
+    # One process gets the same rule as many (torchrun sets nothing for one process; Accelerate
+    # gives a CPU run cores // local processes either way). XLA workers are left to torch_xla.
+    if "OMP_NUM_THREADS" in environ or mode == XLA:
         return {}
     if on_cpu:
         return {"OMP_NUM_THREADS": str(max(1, cpu_count() // max(1, per_node)))}
     return {"OMP_NUM_THREADS": "1"} if per_node > 1 else {}
+
+
+def _xla_bf16_env(config: AccelConfig, kind: DistributedType | None, typed: bool) -> dict[str, str]:
+    """``--downcast_bf16``: torch_xla's ``XLA_DOWNCAST_BF16`` in the workers of a bf16 XLA job.
+
+    With it torch_xla computes float32 tensors in bfloat16 and float64 in float32 (Accelerate's
+    meaning of the flag). It has nothing to act on elsewhere, so a typed flag is refused there.
+
+    Raises:
+        LaunchArgumentError: ``--downcast_bf16`` typed for a non-XLA launch or without bf16.
+    """
+    if not config.downcast_bf16:
+        return {}
+    if kind is not DistributedType.XLA:
+        if typed:
+            raise LaunchArgumentError(
+                "--downcast_bf16 only applies to XLA launches (--tpu / distributed_type: XLA), "
+                "where it sets torch_xla's XLA_DOWNCAST_BF16. For a bf16 run elsewhere use "
+                "--mixed_precision bf16 alone."
+            )
+        return {}
+    if config.mixed_precision != "bf16":
+        raise LaunchArgumentError(
+            f"downcast_bf16 is set but mixed_precision is {config.mixed_precision or 'no'!r}: "
+            "downcasting to bfloat16 is a bf16 setting. Add --mixed_precision bf16, or drop "
+            "--downcast_bf16 (downcast_bf16: no in the config file)."
+        )
+    return {"XLA_DOWNCAST_BF16": "1"}
+
+
+def _mode_notes(args: argparse.Namespace, mode: str, num_machines: int) -> list[str]:
+    """Notes for typed flags the chosen launch mode has no use for."""
+    notes = []
+    if mode == SINGLE:
+        elastic_only = ["tee", "log_dir", "role", "rdzv_backend", "rdzv_conf", "monitor_interval"]
+        unused = [name for name in elastic_only if getattr(args, name, None) is not None]
+        if unused:
+            notes.append(
+                f"{', '.join('--' + name for name in unused)} only act on multi-process "
+                "(torch elastic) launches; this one-process launch runs the script directly "
+                "(pass --num_processes 2 or --max_restarts 1 to go through torch elastic)"
+            )
+    if mode == ELASTIC and num_machines == 1 and getattr(args, "rdzv_backend", None) == "static":
+        notes.append(
+            "--rdzv_backend static is for several machines; one machine always uses a c10d store "
+            "on a free port (as torchrun --standalone), so jobs never collide"
+        )
+    if mode != XLA and getattr(args, "main_training_function", None) is not None:
+        notes.append(
+            "--main_training_function only acts on XLA launches (--tpu); the script runs whole"
+        )
+    return notes
 
 
 def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, str]:
@@ -316,6 +370,8 @@ def build_plan(
     worker_env = contract.to_env()
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
+    worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
+    notes.extend(_mode_notes(args, mode, num_machines))
     gpu_ids = parse_gpu_ids(config.gpu_ids)
     if gpu_ids is not None and not use_cpu:
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)

@@ -28,7 +28,7 @@ from accel.precision import Precision, make_precision
 from accel.scheduler import AcceleratedScheduler
 from accel.state import AcceleratorState
 from accel.strategies import make_strategy
-from accel.tracking import BUILT_IN_TRACKERS, GeneralTracker, resolve_trackers
+from accel.tracking import GeneralTracker, resolve_trackers, tracker_class
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
@@ -68,8 +68,9 @@ class Accelerator(CheckpointingMixin):
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
             ``InitProcessGroupKwargs``, ``AutocastKwargs`` instances (one of each at most).
         dynamo_backend: ``torch.compile`` backend for prepared models (``"no"`` disables).
-        log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"all"``,
-            ``GeneralTracker`` instances, or a list of those (see :mod:`accel.tracking`).
+        log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"wandb"``,
+            ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
+            :mod:`accel.tracking`).
         deepspeed_plugin: DeepSpeed settings (arrive with the DeepSpeed strategy).
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
@@ -661,15 +662,17 @@ class Accelerator(CheckpointingMixin):
             if isinstance(entry, GeneralTracker):
                 tracker = entry
             elif self.is_main_process:
-                tracker_class: Any = BUILT_IN_TRACKERS[entry]
-                if tracker_class.requires_logging_directory and self.logging_dir is None:
+                built_in: Any = tracker_class(entry)
+                kwargs = init_kwargs.get(entry, {})
+                if not built_in.requires_logging_directory:
+                    tracker = built_in(project_name, **kwargs)
+                elif self.logging_dir is None:
                     raise AcceleratorConfigError(
                         f"log_with={entry!r} writes files: pass project_dir=... or "
                         "project_config=ProjectConfiguration(logging_dir=...) to the Accelerator."
                     )
-                tracker = tracker_class(
-                    project_name, self.logging_dir, **init_kwargs.get(entry, {})
-                )
+                else:
+                    tracker = built_in(project_name, self.logging_dir, **kwargs)
             else:
                 continue
             if tracker.main_process_only and not self.is_main_process:

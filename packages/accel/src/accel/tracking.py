@@ -1,6 +1,8 @@
-"""Experiment trackers: a dependency-free JSON-lines and CSV writer, TensorBoard, and your own.
+"""Experiment trackers: JSON lines, CSV, TensorBoard, Weights & Biases, MLflow, and your own.
 
 Every tracker runs on the main process only; the Accelerator creates them in ``init_trackers``.
+``WandBTracker`` and ``MLflowTracker`` live in :mod:`accel.hosted_trackers` (loaded on first use,
+so ``import accel`` imports neither wandb nor mlflow) and are reachable from here too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ class LoggerType(str, enum.Enum):
     JSONL = "jsonl"
     CSV = "csv"
     TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    MLFLOW = "mlflow"
+    COMETML = "comet_ml"
+    AIM = "aim"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
+    TRACKIO = "trackio"
 
 
 class GeneralTracker(abc.ABC):
@@ -205,38 +215,87 @@ BUILT_IN_TRACKERS: dict[str, type[GeneralTracker]] = {
 }
 
 
+#: Trackers whose package is imported only when they are created (see accel.hosted_trackers).
+HOSTED_TRACKERS = {LoggerType.WANDB.value: "WandBTracker", LoggerType.MLFLOW.value: "MLflowTracker"}
+
+
+def tracker_class(name: str) -> type[GeneralTracker]:
+    """The built-in tracker class called ``name`` (``"jsonl"``, ``"wandb"``...).
+
+    Raises:
+        KeyError: ``name`` is not a built-in tracker.
+    """
+    if name in HOSTED_TRACKERS:
+        from accel import hosted_trackers
+
+        found: type[GeneralTracker] = getattr(hosted_trackers, HOSTED_TRACKERS[name])
+        return found
+    return BUILT_IN_TRACKERS[name]
+
+
+def __getattr__(name: str) -> Any:
+    """``accel.tracking.WandBTracker`` and ``MLflowTracker``, as in Accelerate (loaded lazily)."""
+    if name in HOSTED_TRACKERS.values():
+        from accel import hosted_trackers
+
+        return getattr(hosted_trackers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _available(name: str) -> bool:
+    """Whether the tracker called ``name`` can start here (its package is installed)."""
+    if name == LoggerType.TENSORBOARD.value:
+        return tensorboard_available()
+    if name in HOSTED_TRACKERS:
+        from accel.hosted_trackers import tracker_package_available
+
+        return tracker_package_available(name)
+    return True
+
+
 def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
     """Normalise ``log_with`` into tracker names and ready tracker objects.
 
     Args:
-        log_with: A name, ``LoggerType``, ``GeneralTracker`` instance, ``"all"``, or a list of those.
+        log_with: A name, ``LoggerType``, ``GeneralTracker`` instance, ``"all"``, or a list of
+            those. ``"all"`` picks every built-in tracker whose package is installed.
 
     Raises:
         AcceleratorConfigError: An unknown tracker name.
-        UnsupportedFeatureError: A named tracker whose package is missing.
+        UnsupportedFeatureError: A named tracker whose package is missing, or one of Accelerate's
+            tracker names that accel does not implement (the message says what to do).
     """
     if log_with is None:
         return []
     items: Iterable[Any] = log_with if isinstance(log_with, (list, tuple)) else [log_with]
     resolved: list[str | GeneralTracker] = []
+    known = [*BUILT_IN_TRACKERS, *HOSTED_TRACKERS]
     for item in items:
         if isinstance(item, GeneralTracker):
             resolved.append(item)
             continue
         name = item.value if isinstance(item, LoggerType) else str(item).lower()
         if name == LoggerType.ALL.value:
-            names = [n for n in BUILT_IN_TRACKERS if n != "tensorboard" or tensorboard_available()]
-            resolved.extend(n for n in names if n not in resolved)
+            resolved.extend(n for n in known if _available(n) and n not in resolved)
             continue
-        if name not in BUILT_IN_TRACKERS:
+        if name not in known:
+            from accel.hosted_trackers import UNIMPLEMENTED_TRACKERS, unimplemented_error
+
+            if name in UNIMPLEMENTED_TRACKERS:
+                raise unimplemented_error(name)
             raise AcceleratorConfigError(
                 f"log_with={item!r} is not a known tracker; use one of "
-                f"{', '.join([*BUILT_IN_TRACKERS, 'all'])} or a GeneralTracker instance."
+                f"{', '.join([*known, 'all'])} or a GeneralTracker instance."
             )
-        if name == "tensorboard" and not tensorboard_available():
-            raise UnsupportedFeatureError(
-                "log_with='tensorboard' needs the tensorboard package: pip install 'accel[tensorboard]'."
-            )
+        if not _available(name):
+            if name == LoggerType.TENSORBOARD.value:
+                raise UnsupportedFeatureError(
+                    "log_with='tensorboard' needs the tensorboard package: "
+                    "pip install 'accel[tensorboard]'."
+                )
+            from accel.hosted_trackers import missing_package_error
+
+            raise missing_package_error(name)
         if name not in resolved:
             resolved.append(name)
     return resolved

@@ -14,6 +14,7 @@ from accel_launch.config.defaults import write_basic_config
 from accel_launch.config.files import read_config_file, write_config_file
 from accel_launch.config.paths import default_config_file, locate_config_file
 from accel_launch.errors import ConfigError
+from accel_launch.spellings import add_hyphenated_spellings
 
 
 def _config_file_arg(parser: argparse.ArgumentParser, what: str) -> None:
@@ -54,6 +55,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     _config_file_arg(update, "The config file to update")
     update.set_defaults(handler=update_command)
+    for each in (parser, default, update):
+        add_hyphenated_spellings(each)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""``accel`` subcommands that live in this package, registered through ``accel.commands``."""
