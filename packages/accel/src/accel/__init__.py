@@ -31,6 +31,7 @@ _EXPORTS = {
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "GradientAccumulationPlugin": "accel.plugins",
+    "DeepSpeedPlugin": "accel.utils.deepspeed",
     "AccelError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState
     from accel.tracking import GeneralTracker as GeneralTracker
