@@ -14,7 +14,7 @@ import math
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator
+from accel import Accelerator, AcceleratorConfigError, PreparationError
 from accel.utils import DummyOptim, DummyScheduler
 
 BATCH, ACCUMULATION, CLIP, LR = 4, 2, 1.0, 0.02
@@ -99,6 +99,22 @@ def main() -> None:
     if args.save_model:
         accelerator.save_model(model, args.save_model)
     plugin = accelerator.state.deepspeed_plugin
+    errors = {}
+    if plugin is not None:  # misuse under DeepSpeed gives clear errors
+        for label, call in (
+            ("clip", lambda: accelerator.clip_grad_norm_(model.parameters(), 2 * CLIP)),
+            (
+                "second_model",
+                lambda: accelerator.prepare(
+                    torch.nn.Linear(2, 2),
+                    torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1),
+                ),
+            ),
+        ):
+            try:
+                call()
+            except (AcceleratorConfigError, PreparationError) as error:
+                errors[label] = f"{type(error).__name__}: {error}"
     report = {
         "distributed_type": str(accelerator.distributed_type),
         "num_processes": world,
@@ -107,6 +123,16 @@ def main() -> None:
         "norms_finite": all(math.isfinite(n) for n in norms),
         "lr": scheduler.get_last_lr()[0] if hasattr(scheduler, "get_last_lr") else None,
         "config": None if plugin is None else plugin.deepspeed_config,
+        "engine": None
+        if plugin is None
+        else {
+            "micro_batch": model.train_micro_batch_size_per_gpu(),
+            "accumulation": model.gradient_accumulation_steps(),
+            "train_batch": model.train_batch_size(),
+            "clipping": model.gradient_clipping(),
+            "stage": model.zero_optimization_stage(),
+        },
+        "errors": errors,
         "model_class": type(model).__name__,
         "unwrapped_class": type(accelerator.unwrap_model(model)).__name__,
         "weights": None

@@ -69,11 +69,11 @@ if TYPE_CHECKING:
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
-    from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState
     from accel.tracking import GeneralTracker as GeneralTracker
     from accel.tracking import LoggerType as LoggerType
+    from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
     from accel_data import DataLoaderConfiguration as DataLoaderConfiguration

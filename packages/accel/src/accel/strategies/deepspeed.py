@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
 from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
 from accel.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler, import_deepspeed
+from accel_ckpt import IncompleteCheckpointError
 from accel_state import GradientState, PartialState
 
 
@@ -98,13 +100,19 @@ class DeepSpeedStrategy(ModelStrategy):
             index
             for index, obj in enumerate(prepared)
             if isinstance(obj, DummyOptim)
-            or (isinstance(obj, AcceleratedOptimizer) and not isinstance(obj, DeepSpeedOptimizerWrapper))
+            or (
+                isinstance(obj, AcceleratedOptimizer)
+                and not isinstance(obj, DeepSpeedOptimizerWrapper)
+            )
         ]
         schedulers = [
             index
             for index, obj in enumerate(prepared)
             if isinstance(obj, DummyScheduler)
-            or (isinstance(obj, AcceleratedScheduler) and not isinstance(obj, DeepSpeedSchedulerWrapper))
+            or (
+                isinstance(obj, AcceleratedScheduler)
+                and not isinstance(obj, DeepSpeedSchedulerWrapper)
+            )
         ]
         if not models:
             if optimizers:
@@ -150,6 +158,8 @@ class DeepSpeedStrategy(ModelStrategy):
     def _initialize(
         self, model: torch.nn.Module, optimizer: Any, scheduler: Any, dataloaders: Sequence[Any]
     ) -> tuple[Any, Any, Any]:
+        if self.state.device.type == "cpu":  # DeepSpeed's CPU accelerator (gloo, C++ CPU ops)
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         deepspeed = import_deepspeed()
         micro = None
         if dataloaders:
@@ -176,7 +186,11 @@ class DeepSpeedStrategy(ModelStrategy):
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
         self.engine = engine
-        wrapper = None if engine_optimizer is None else DeepSpeedOptimizerWrapper(engine_optimizer, engine)
+        wrapper = (
+            None
+            if engine_optimizer is None
+            else DeepSpeedOptimizerWrapper(engine_optimizer, engine)
+        )
         return engine, wrapper, engine_scheduler
 
     # ------------------------------------------------------------------ training step
@@ -225,12 +239,84 @@ class DeepSpeedStrategy(ModelStrategy):
             "gradient_clipping (norm) in the DeepSpeedPlugin or the config file."
         )
 
+    # ------------------------------------------------------------------ checkpoints and weights
+    def checkpoint_split(
+        self, models: list[torch.nn.Module], optimizers: list[Any]
+    ) -> tuple[list[torch.nn.Module], list[Any], list[Any]]:
+        """The engine's model and optimizer go through ``engine.save_checkpoint`` (every rank)."""
+        if self.engine is None:
+            return list(models), list(optimizers), []
+        plain_models = [model for model in models if model is not self.engine]
+        plain_optimizers = [
+            optimizer
+            for optimizer in optimizers
+            if not (
+                isinstance(optimizer, DeepSpeedOptimizerWrapper) and optimizer.engine is self.engine
+            )
+        ]
+        return plain_models, plain_optimizers, [EngineCheckpoint(self.engine)]
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights on the CPU, on every rank (ZeRO-3 shards gathered first)."""
+        engine = self.engine
+        module = self.unwrap(model) or model
+        if engine is None or module is not engine.module:
+            return {
+                name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()
+            }
+        if engine.zero_optimization_partition_weights():
+            deepspeed = import_deepspeed()
+            parameters = list(module.parameters())
+            with deepspeed.zero.GatheredParameters(parameters, modifier_rank=None):
+                return {
+                    name: tensor.detach().cpu().clone()
+                    for name, tensor in module.state_dict().items()
+                }
+        return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+
     def _require_engine(self) -> Any:
         if self.engine is None:
             raise PreparationError(
                 "No DeepSpeed engine yet: pass the model (and its optimizer) to accelerator.prepare first."
             )
         return self.engine
+
+
+class EngineCheckpoint:
+    """The engine's own checkpoint (model, optimizer shards, its scheduler) inside accel's folder.
+
+    Written with ``engine.save_checkpoint`` by every rank into the checkpoint's ``deepspeed``
+    subfolder; accel-ckpt lists the files and publishes the folder atomically.
+    """
+
+    name = "deepspeed"
+    tag = "engine"
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def save(self, folder: Path) -> None:
+        """Write this rank's part of the engine checkpoint into ``folder``."""
+        self.engine.save_checkpoint(str(folder), tag=self.tag, save_latest=False)
+
+    def load(self, folder: Path) -> None:
+        """Load the engine checkpoint from ``folder`` (model, optimizer and scheduler states).
+
+        Raises:
+            IncompleteCheckpointError: ``folder`` holds no engine checkpoint.
+        """
+        if not (folder / self.tag).is_dir():
+            raise IncompleteCheckpointError(
+                f"{folder} holds no DeepSpeed engine checkpoint (no {self.tag!r} folder); was the "
+                "state saved under DeepSpeed?"
+            )
+        path, _ = self.engine.load_checkpoint(
+            str(folder), tag=self.tag, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise IncompleteCheckpointError(
+                f"DeepSpeed could not load the engine checkpoint in {folder}."
+            )
 
 
 def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:

@@ -54,7 +54,7 @@ def accumulation_steps(plugin: DeepSpeedPlugin, accelerator_steps: int) -> int:
     """
     candidates: list[tuple[str, int]] = []
     if accelerator_steps != 1:
-        candidates.append(("Accelerator(gradient_accumulation_steps=...)", accelerator_steps))
+        candidates.append(("the Accelerator's gradient_accumulation_steps", accelerator_steps))
     if plugin.gradient_accumulation_steps is not None:
         candidates.append(
             ("DeepSpeedPlugin.gradient_accumulation_steps", plugin.gradient_accumulation_steps)
@@ -100,11 +100,15 @@ def fill(config: dict[str, Any], path: str, value: Any, source: str) -> None:
     if current is None or current == AUTO:
         _set(config, path, value)
         return
-    same = float(current) == float(value) if _is_number(current) and _is_number(value) else current == value
+    same = (
+        float(current) == float(value)
+        if _is_number(current) and _is_number(value)
+        else current == value
+    )
     if not same:
         raise AcceleratorConfigError(
             f"The DeepSpeed config file sets {path}={current!r} but {source} gives {value!r}; "
-            f"make them agree or write \"auto\" in the file."
+            f'make them agree or write "auto" in the file.'
         )
 
 
@@ -128,11 +132,17 @@ def _plugin_values(plugin: DeepSpeedPlugin) -> list[tuple[str, Any, str]]:
     for kind in ("optimizer", "param"):
         device = getattr(plugin, f"offload_{kind}_device")
         if device is not None and device != "none":
-            values.append((f"zero_optimization.offload_{kind}.device", device, f"offload_{kind}_device"))
+            values.append(
+                (f"zero_optimization.offload_{kind}.device", device, f"offload_{kind}_device")
+            )
             path = getattr(plugin, f"offload_{kind}_nvme_path")
             if device == "nvme" and path:
                 values.append(
-                    (f"zero_optimization.offload_{kind}.nvme_path", path, f"offload_{kind}_nvme_path")
+                    (
+                        f"zero_optimization.offload_{kind}.nvme_path",
+                        path,
+                        f"offload_{kind}_nvme_path",
+                    )
                 )
     return [(key, value, f"DeepSpeedPlugin.{name}") for key, value, name in values]
 
@@ -153,7 +163,12 @@ def resolve_config(
     for path, value, source in _plugin_values(plugin):
         fill(config, path, value, source)
     steps = known.gradient_accumulation_steps
-    fill(config, "gradient_accumulation_steps", steps, "the Accelerator's gradient_accumulation_steps")
+    fill(
+        config,
+        "gradient_accumulation_steps",
+        steps,
+        "the Accelerator's gradient_accumulation_steps",
+    )
     fill(
         config,
         "train_micro_batch_size_per_gpu",
@@ -174,7 +189,12 @@ def resolve_config(
     )
     precision = known.mixed_precision
     for kind in ("fp16", "bf16"):
-        fill(config, f"{kind}.enabled", precision == kind, f"Accelerator(mixed_precision={precision!r})")
+        fill(
+            config,
+            f"{kind}.enabled",
+            precision == kind,
+            f"Accelerator(mixed_precision={precision!r})",
+        )
     if _get(config, "gradient_clipping") == AUTO:
         del config["gradient_clipping"]
     _fill_dummies(config, optimizer, scheduler)
@@ -183,7 +203,7 @@ def resolve_config(
     leftover = _auto_paths(config)
     if leftover:
         raise AcceleratorConfigError(
-            f"The DeepSpeed config still holds \"auto\" at {', '.join(leftover)} and accel has no "
+            f'The DeepSpeed config still holds "auto" at {", ".join(leftover)} and accel has no '
             "value for it; write the value in the config file."
         )
     return config
@@ -204,8 +224,9 @@ def _fill_dummies(
                 "add an optimizer block or pass a real torch optimizer."
             )
         values = {"lr": optimizer.lr, "weight_decay": optimizer.weight_decay, **optimizer.kwargs}
-        for key, value in values.items():
-            fill(config, f"optimizer.params.{key}", value, f"DummyOptim({key}=...)")
+        for key, value in values.items():  # DummyOptim's values only fill "auto" or gaps
+            if _get(config, f"optimizer.params.{key}") in (None, AUTO):
+                _set(config, f"optimizer.params.{key}", value)
     if "scheduler" in config and scheduler is None:
         raise AcceleratorConfigError(
             "The DeepSpeed config file defines a scheduler: pass accel.utils.DummyScheduler to "

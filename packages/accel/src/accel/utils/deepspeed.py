@@ -149,7 +149,9 @@ class DeepSpeedPlugin:
         """The resolved config the engine received (``None`` before ``prepare``)."""
         return self._resolved
 
-    def zero3_init_context_manager(self, enable: bool = True) -> contextlib.AbstractContextManager[Any]:
+    def zero3_init_context_manager(
+        self, enable: bool = True
+    ) -> contextlib.AbstractContextManager[Any]:
         """Context in which models are built already sharded (ZeRO-3 with ``zero3_init_flag``).
 
         Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
