@@ -170,7 +170,7 @@ class DeepSpeedPlugin:
 def _holds_auto(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_holds_auto(item) for item in value.values())
-    return value == "auto"
+    return isinstance(value, str) and value == "auto"
 
 
 class DummyOptim:
