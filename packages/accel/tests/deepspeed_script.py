@@ -8,6 +8,7 @@ optimizer from the config file (DummyOptim) and the schedule from DummyScheduler
 """
 
 import argparse
+import contextlib
 import json
 import math
 
@@ -38,7 +39,12 @@ def main() -> None:
 
     accelerator = Accelerator(gradient_accumulation_steps=ACCUMULATION)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    plugin = accelerator.state.deepspeed_plugin
+    # With zero3_init_flag under ZeRO-3 the model is sharded as it is built.
+    init = contextlib.nullcontext() if plugin is None else plugin.zero3_init_context_manager()
+    with init:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    built_sharded = hasattr(model[0].weight, "ds_id")
     data_generator = torch.Generator().manual_seed(1)
     x = torch.randn(256, 8, generator=data_generator)
     y = (x[:, :1] * 3 - x[:, 1:2]).tanh() + 0.1 * torch.randn(256, 1, generator=data_generator)
@@ -98,7 +104,6 @@ def main() -> None:
     weights = accelerator.get_state_dict(model) if hasattr(accelerator, "get_state_dict") else None
     if args.save_model:
         accelerator.save_model(model, args.save_model)
-    plugin = accelerator.state.deepspeed_plugin
     errors = {}
     if plugin is not None:  # misuse under DeepSpeed gives clear errors
         for label, call in (
@@ -133,6 +138,7 @@ def main() -> None:
             "stage": model.zero_optimization_stage(),
         },
         "errors": errors,
+        "built_sharded": built_sharded,
         "model_class": type(model).__name__,
         "unwrapped_class": type(accelerator.unwrap_model(model)).__name__,
         "weights": None

@@ -200,6 +200,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     }
     for stage in (2, 3):
         flags = ["--use_deepspeed", "--zero_stage", str(stage), *clip]
+        if stage == 3:
+            flags += ["--zero3_init_flag", "true"]
         checkpoint = str(root / f"ckpt{stage}")
         runs[f"zero{stage}"] = (
             flags,
@@ -240,6 +242,7 @@ def test_each_zero_stage_trains_like_ddp(jobs: dict[str, dict[str, Any]], stage:
     assert run["norms_finite"]
     assert run["lr"] == pytest.approx(ddp["lr"])  # the schedule moved as under DDP
     assert run["config"]["zero_optimization"]["stage"] == stage
+    assert run["built_sharded"] == (stage == 3)  # zero3_init_flag: built sharded under ZeRO-3
     # Misuse under DeepSpeed is reported, not ignored.
     assert "gradient_clipping=1.0" in run["errors"]["clip"]
     assert "already holds a DeepSpeed engine" in run["errors"]["second_model"]

@@ -209,6 +209,23 @@ def resolve_config(
     return config
 
 
+def init_config(plugin: DeepSpeedPlugin) -> dict[str, Any]:
+    """The config ``deepspeed.zero.Init`` gets before ``prepare``: file and plugin values, no "auto"."""
+    config = copy.deepcopy(plugin.config_file or {})
+    for path, value, source in _plugin_values(plugin):
+        fill(config, path, value, source)
+    for path in _auto_paths(config):
+        keys = path.split(".")
+        node = config
+        for key in keys[:-1]:
+            node = node[key]
+        del node[keys[-1]]
+    # DeepSpeed's config parser insists on a batch size; zero.Init only reads the ZeRO part.
+    if "train_batch_size" not in config:
+        config.setdefault("train_micro_batch_size_per_gpu", 1)
+    return config
+
+
 def _fill_dummies(
     config: dict[str, Any], optimizer: DummyOptim | None, scheduler: DummyScheduler | None
 ) -> None:

@@ -156,21 +156,12 @@ class DeepSpeedPlugin:
 
         Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
         """
-        from accel.strategies.deepspeed_config import zero_stage_of
+        from accel.strategies.deepspeed_config import init_config, zero_stage_of
 
         if not enable or not self.zero3_init_flag or zero_stage_of(self) != 3:
             return contextlib.nullcontext()
         deepspeed = import_deepspeed()
-        config = dict(self.config_file or {})
-        config.setdefault("zero_optimization", {"stage": 3})
-        config = {key: value for key, value in config.items() if not _holds_auto(value)}
-        return deepspeed.zero.Init(config_dict_or_path=config)  # type: ignore[no-any-return]
-
-
-def _holds_auto(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_holds_auto(item) for item in value.values())
-    return isinstance(value, str) and value == "auto"
+        return deepspeed.zero.Init(config_dict_or_path=init_config(self))  # type: ignore[no-any-return]
 
 
 class DummyOptim:
