@@ -70,7 +70,7 @@ class Accelerator(CheckpointingMixin):
         dynamo_backend: ``torch.compile`` backend for prepared models (``"no"`` disables).
         log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"all"``,
             ``GeneralTracker`` instances, or a list of those (see :mod:`accel.tracking`).
-        deepspeed_plugin: DeepSpeed settings (arrive with the DeepSpeed strategy).
+        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin`; default: the launcher's DeepSpeed settings.
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
@@ -658,6 +658,7 @@ class Accelerator(CheckpointingMixin):
         self._dataloaders.clear()
         self._prepared_ids.clear()
         self._parameter_moves.clear()
+        self.strategy.free_memory()
         self.step = 0
         return release_memory(*objects)
 

@@ -43,6 +43,9 @@ class ModelStrategy:
         """
         return prepared
 
+    def free_memory(self) -> None:
+        """Forget what the strategy built at ``prepare`` (``Accelerator.free_memory``)."""
+
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor | None:
         """Clip the strategy's own way and return the norm; ``None``: clip the plain way."""
         return None

@@ -193,6 +193,10 @@ class DeepSpeedStrategy(ModelStrategy):
         )
         return engine, wrapper, engine_scheduler
 
+    def free_memory(self) -> None:
+        """Drop the engine, so the next ``prepare`` may build a new one."""
+        self.engine = None
+
     # ------------------------------------------------------------------ training step
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """The user's module inside an engine."""
