@@ -150,6 +150,16 @@ def test_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
         import_deepspeed()
 
 
+def test_accelerator_without_deepspeed_installed_fails_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from accel import Accelerator
+
+    monkeypatch.setitem(sys.modules, "deepspeed", None)
+    with pytest.raises(UnsupportedFeatureError, match=r"pip install 'accel\[deepspeed\]'"):
+        Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+
+
 def test_import_accel_does_not_import_deepspeed() -> None:
     code = (
         "import sys, accel, accel.utils\n"

@@ -22,7 +22,13 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
 from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
-from accel.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler, import_deepspeed
+from accel.utils.deepspeed import (
+    DeepSpeedPlugin,
+    DummyOptim,
+    DummyScheduler,
+    import_deepspeed,
+    require_deepspeed,
+)
 from accel_ckpt import IncompleteCheckpointError
 from accel_state import GradientState, PartialState
 
@@ -70,6 +76,7 @@ class DeepSpeedStrategy(ModelStrategy):
         super().__init__(state)
         from accel.state import AcceleratorState
 
+        require_deepspeed()
         accelerator_state = AcceleratorState()
         plugin = accelerator_state.deepspeed_plugin
         if plugin is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +34,19 @@ def import_deepspeed() -> Any:
             f"DeepSpeed was requested but the deepspeed package cannot be imported ({error}); "
             "install it with `pip install 'accel[deepspeed]'`."
         ) from None
+
+
+def require_deepspeed() -> None:
+    """Fail early (at ``Accelerator()``) when DeepSpeed is asked for but not installed.
+
+    Raises:
+        UnsupportedFeatureError: deepspeed is not installed.
+    """
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UnsupportedFeatureError(
+            "DeepSpeed was requested (deepspeed_plugin or accel launch --use_deepspeed) but the "
+            "deepspeed package is not installed; install it with `pip install 'accel[deepspeed]'`."
+        )
 
 
 def load_config_file(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
