@@ -84,7 +84,7 @@ def main() -> None:
             active = accelerator.skip_first_batches(loader, start * ACCUMULATION)
         for inputs, targets in active:
             with accelerator.accumulate(model):
-                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                loss = torch.nn.functional.mse_loss(model(inputs).float(), targets)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients:
                     norms.append(float(accelerator.clip_grad_norm_(model.parameters(), CLIP)))
@@ -136,6 +136,8 @@ def main() -> None:
             "train_batch": model.train_batch_size(),
             "clipping": model.gradient_clipping(),
             "stage": model.zero_optimization_stage(),
+            "fp16": model.fp16_enabled(),
+            "device": str(next(model.module.parameters()).device.type),
         },
         "errors": errors,
         "built_sharded": built_sharded,

@@ -311,3 +311,20 @@ def test_zero3_saved_model_is_the_gathered_full_model(jobs: dict[str, dict[str, 
     for name, tensor in saved.items():
         assert torch.equal(tensor, gathered[name]), name
         torch.testing.assert_close(tensor, torch.tensor(ddp["weights"][name]), rtol=1e-4, atol=1e-5)
+
+
+@needs_deepspeed
+@pytest.mark.cuda
+@pytest.mark.parametrize("stage", [2, 3])
+def test_fp16_loss_scaling_inside_the_engine_on_gpus(tmp_path: Path, stage: int) -> None:
+    processes = min(torch.cuda.device_count(), 2)
+    flags = ["--use_deepspeed", "--zero_stage", str(stage), "--gradient_clipping", "1.0"]
+    flags += ["--mixed_precision", "fp16"]
+    run = _launch(flags, ["--steps", "8"], tmp_path / "fp16.json", processes=processes, cpu=False)
+    assert "failed" not in run, run.get("failed")
+    assert run["distributed_type"] == "DEEPSPEED" and run["num_processes"] == processes
+    assert run["engine"]["fp16"] and run["engine"]["device"] == "cuda"
+    assert run["config"]["fp16"]["enabled"] is True and run["config"]["bf16"]["enabled"] is False
+    losses = run["losses"]
+    assert all(map(lambda value: value == value and abs(value) < 1e4, losses))  # finite
+    assert min(losses[-3:]) < losses[0]  # it trains (the first steps may be skipped by the scaler)
