@@ -195,6 +195,8 @@ def resolve_config(
             precision == kind,
             f"Accelerator(mixed_precision={precision!r})",
         )
+    if precision == "fp16" and _get(config, "fp16.auto_cast") is None:
+        _set(config, "fp16.auto_cast", True)  # float inputs meet half weights, as under autocast
     if _get(config, "gradient_clipping") == AUTO:
         del config["gradient_clipping"]
     _fill_dummies(config, optimizer, scheduler)
