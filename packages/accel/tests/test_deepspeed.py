@@ -172,62 +172,79 @@ def test_import_accel_does_not_import_deepspeed() -> None:
 
 
 # ---------------------------------------------------------------------- launched jobs
-def _launch(flags: list[str], script_args: list[str], out: Path) -> dict[str, Any]:
+def _start(
+    flags: list[str], script_args: list[str], out: Path, processes: int = 2, cpu: bool = True
+) -> subprocess.Popen[str]:
+    """Start ``accel launch ... deepspeed_script.py --out OUT ...`` in its own session."""
     env = without_launcher_variables(os.environ)
-    env.update(
-        OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES=""
-    )
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if cpu:
+        env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "accel-torch-extensions"))
     accel = Path(sys.executable).with_name("accel")
-    command = [str(accel), "launch", "--cpu", "--num_processes", "2", *flags]
-    command += [str(HERE / "deepspeed_script.py"), "--out", str(out), *script_args]
-    # The first run on a machine builds DeepSpeed's C++ CPU ops (minutes); later runs load them.
-    done = subprocess.run(
+    command = [str(accel), "launch", *(["--cpu"] if cpu else []), "--num_processes", str(processes)]
+    command += [*flags, str(HERE / "deepspeed_script.py"), "--out", str(out), *script_args]
+    return subprocess.Popen(
         command,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=900,
         env=env,
-        check=False,
         start_new_session=True,
     )
-    if done.returncode != 0 or not out.exists():
-        return {"failed": f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"}
+
+
+def _finish(job: subprocess.Popen[str], out: Path, timeout: float = 900) -> dict[str, Any]:
+    """Wait for a started job (killing its process group past ``timeout``); its report."""
+    try:
+        output, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, 9)
+        output, _ = job.communicate()
+        return {"failed": f"timed out after {timeout} s\n{output[-6000:]}"}
+    if job.returncode != 0 or not out.exists():
+        return {"failed": f"exit {job.returncode}\n{output[-8000:]}"}
     return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+Jobs = dict[str, tuple[list[str], list[str]]]
+
+
+def _run_waves(root: Path, waves: list[Jobs]) -> dict[str, dict[str, Any]]:
+    """Run each wave's jobs side by side (they mostly wait on imports and rendezvous)."""
+    reports: dict[str, dict[str, Any]] = {}
+    for wave in waves:
+        started = {
+            name: _start(flags, args, root / f"{name}.json") for name, (flags, args) in wave.items()
+        }
+        for name, job in started.items():
+            reports[name] = _finish(job, root / f"{name}.json")
+    return reports
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every launched job of this module, run once."""
+    """Every launched job of this module, run once: the runs, then the resumed runs."""
     root = tmp_path_factory.mktemp("deepspeed")
     dummy = root / "dummy.json"
     dummy.write_text(json.dumps(DUMMY_CONFIG))
     clip = ["--gradient_clipping", "1.0"]
-    runs: dict[str, tuple[list[str], list[str]]] = {
+    runs: Jobs = {
         "ddp": ([], ["--save-model", str(root / "ddp_model")]),
         "zero0": (["--use_deepspeed", "--deepspeed_config_file", str(dummy)], ["--dummy"]),
         "zero1": (["--use_deepspeed", "--deepspeed_config_file", str(EXAMPLE_CONFIG), *clip], []),
     }
+    resumes: Jobs = {}
     for stage in (2, 3):
         flags = ["--use_deepspeed", "--zero_stage", str(stage), *clip]
         if stage == 3:
             flags += ["--zero3_init_flag", "true"]
         checkpoint = str(root / f"ckpt{stage}")
-        runs[f"zero{stage}"] = (
-            flags,
-            [
-                "--save-at",
-                "3",
-                "--checkpoint",
-                checkpoint,
-                "--save-model",
-                str(root / f"model{stage}"),
-            ],
-        )
-        runs[f"zero{stage}_resumed"] = (flags, ["--save-at", "3", "--resume", checkpoint])
-    reports = {
-        name: _launch(flags, args, root / f"{name}.json") for name, (flags, args) in runs.items()
-    }
+        saving = ["--save-at", "3", "--checkpoint", checkpoint]
+        runs[f"zero{stage}"] = (flags, [*saving, "--save-model", str(root / f"model{stage}")])
+        resumes[f"zero{stage}_resumed"] = (flags, ["--save-at", "3", "--resume", checkpoint])
+    # The first run on a machine builds DeepSpeed's C++ CPU op (minutes); later runs load it.
+    reports = _run_waves(root, [runs, resumes])
     reports["_root"] = {"path": str(root)}
     return reports
 
@@ -239,6 +256,7 @@ def _report(jobs: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
 
 
 @needs_deepspeed
+@pytest.mark.timeout(2400)  # the first test pays for the module's jobs
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_each_zero_stage_trains_like_ddp(jobs: dict[str, dict[str, Any]], stage: int) -> None:
     ddp, run = _report(jobs, "ddp"), _report(jobs, f"zero{stage}")
@@ -259,6 +277,7 @@ def test_each_zero_stage_trains_like_ddp(jobs: dict[str, dict[str, Any]], stage:
 
 
 @needs_deepspeed
+@pytest.mark.timeout(2400)
 def test_engine_received_the_resolved_config(jobs: dict[str, dict[str, Any]]) -> None:
     report = _report(jobs, "zero1")
     assert report["engine"] == {
@@ -283,6 +302,7 @@ def test_engine_received_the_resolved_config(jobs: dict[str, dict[str, Any]]) ->
 
 
 @needs_deepspeed
+@pytest.mark.timeout(2400)
 @pytest.mark.parametrize("stage", [2, 3])
 def test_resumed_run_continues_like_the_uninterrupted_one(
     jobs: dict[str, dict[str, Any]], stage: int
@@ -298,6 +318,7 @@ def test_resumed_run_continues_like_the_uninterrupted_one(
 
 
 @needs_deepspeed
+@pytest.mark.timeout(2400)
 def test_zero3_saved_model_is_the_gathered_full_model(jobs: dict[str, dict[str, Any]]) -> None:
     from safetensors.torch import load_file
 
@@ -320,7 +341,8 @@ def test_fp16_loss_scaling_inside_the_engine_on_gpus(tmp_path: Path, stage: int)
     processes = min(torch.cuda.device_count(), 2)
     flags = ["--use_deepspeed", "--zero_stage", str(stage), "--gradient_clipping", "1.0"]
     flags += ["--mixed_precision", "fp16"]
-    run = _launch(flags, ["--steps", "8"], tmp_path / "fp16.json", processes=processes, cpu=False)
+    out = tmp_path / "fp16.json"
+    run = _finish(_start(flags, ["--steps", "8"], out, processes=processes, cpu=False), out)
     assert "failed" not in run, run.get("failed")
     assert run["distributed_type"] == "DEEPSPEED" and run["num_processes"] == processes
     assert run["engine"]["fp16"] and run["engine"]["device"] == "cuda"
