@@ -29,7 +29,7 @@ from accel.utils.deepspeed import (
     import_deepspeed,
     require_deepspeed,
 )
-from accel_ckpt import IncompleteCheckpointError
+from accel_ckpt import IncompleteCheckpointError, ShardedState
 from accel_state import GradientState, PartialState
 
 
@@ -252,8 +252,8 @@ class DeepSpeedStrategy(ModelStrategy):
 
     # ------------------------------------------------------------------ checkpoints and weights
     def checkpoint_split(
-        self, models: list[torch.nn.Module], optimizers: list[Any]
-    ) -> tuple[list[torch.nn.Module], list[Any], list[Any]]:
+        self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
+    ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
         """The engine's model and optimizer go through ``engine.save_checkpoint`` (every rank)."""
         if self.engine is None:
             return list(models), list(optimizers), []
