@@ -126,6 +126,7 @@ def main() -> None:
         "losses": [losses[s] for s in sorted(losses)],
         "first_step": min(losses),
         "norms_finite": all(math.isfinite(n) for n in norms),
+        "norms": norms,
         "lr": scheduler.get_last_lr()[0] if hasattr(scheduler, "get_last_lr") else None,
         "config": None if plugin is None else plugin.deepspeed_config,
         "engine": None

@@ -268,6 +268,10 @@ def test_each_zero_stage_trains_like_ddp(jobs: dict[str, dict[str, Any]], stage:
         torch.tensor(run["losses"]), torch.tensor(ddp["losses"]), rtol=1e-5, atol=1e-6
     )
     assert run["norms_finite"]
+    # clip_grad_norm_ returns the global norm before clipping, as under DDP.
+    torch.testing.assert_close(
+        torch.tensor(run["norms"]), torch.tensor(ddp["norms"]), rtol=1e-4, atol=1e-6
+    )
     assert run["lr"] == pytest.approx(ddp["lr"])  # the schedule moved as under DDP
     assert run["config"]["zero_optimization"]["stage"] == stage
     assert run["built_sharded"] == (stage == 3)  # zero3_init_flag: built sharded under ZeRO-3
@@ -286,6 +290,8 @@ def test_engine_received_the_resolved_config(jobs: dict[str, dict[str, Any]]) ->
         "train_batch": 16,
         "clipping": 1.0,
         "stage": 1,
+        "fp16": False,
+        "device": "cpu",
     }
     config = report["config"]
     assert config["train_micro_batch_size_per_gpu"] == 4  # the dataloader's batch size

@@ -88,6 +88,7 @@ class DeepSpeedStrategy(ModelStrategy):
         steps = accumulation_steps(plugin, gradient_state.num_steps)
         gradient_state.plugin_kwargs["num_steps"] = steps
         self.engine: Any = None
+        self._unzero_norm: float | None = None
 
     # ------------------------------------------------------------------ prepare
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -220,6 +221,9 @@ class DeepSpeedStrategy(ModelStrategy):
         engine.set_gradient_accumulation_boundary(sync)
         engine.backward(loss, **kwargs)
         if sync:
+            if engine.zero_optimization_stage() == 0 and engine.gradient_clipping() > 0:
+                # Without ZeRO the engine clips but keeps no norm: take it from the reduced grads.
+                self._unzero_norm = _total_norm(engine.module.parameters())
             engine.step()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
@@ -236,7 +240,9 @@ class DeepSpeedStrategy(ModelStrategy):
                 f"step at gradient_clipping={configured}; set DeepSpeedPlugin(gradient_clipping="
                 f"{max_norm}) or gradient_clipping in the config file (or --gradient_clipping)."
             )
-        norm = engine.get_global_grad_norm()  # None before the first step: reported as nan
+        norm = engine.get_global_grad_norm()
+        if norm is None:  # stage 0 keeps none; nan before the first step
+            norm = self._unzero_norm
         return torch.as_tensor(float("nan") if norm is None else float(norm))
 
     def clip_grad_value_(self, clip_value: float) -> bool:
@@ -328,6 +334,12 @@ class EngineCheckpoint:
             raise IncompleteCheckpointError(
                 f"DeepSpeed could not load the engine checkpoint in {folder}."
             )
+
+
+def _total_norm(parameters: Any) -> float:
+    """The 2-norm of all gradients of ``parameters``."""
+    norms = [p.grad.detach().norm() for p in parameters if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
