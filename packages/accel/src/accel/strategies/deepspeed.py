@@ -145,7 +145,7 @@ class DeepSpeedStrategy(ModelStrategy):
             prepared[models[0]],
             prepared[optimizers[0]] if optimizers else None,
             prepared[schedulers[0]] if schedulers else None,
-            [obj for obj in prepared if obj in dataloaders] or list(dataloaders),
+            [obj for obj in prepared if any(obj is dl for dl in dataloaders)] or list(dataloaders),
         )
         result[models[0]] = engine
         if optimizers:
