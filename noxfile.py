@@ -28,6 +28,14 @@ TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 # The CPU legs mean CPU on any machine: no GPU is visible to them, so a contributor's GPU
 # workstation runs the same tests as CI (the cuda leg selects the tests that need a GPU).
 CPU_ENV = {**TEST_ENV, "CUDA_VISIBLE_DEVICES": ""}
+# DeepSpeed on the CPU legs: its CPU accelerator, and its C++ ops built once into a cache that
+# outlives the venvs (the first build takes minutes; later runs load it).
+CPU_ENV |= {
+    "DS_ACCELERATOR": "cpu",
+    "TORCH_EXTENSIONS_DIR": os.environ.get(
+        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "accel-torch-extensions")
+    ),
+}
 # Each supported way to install, the script that proves it works, and how the script is run.
 INSTALL_CHECKS_DIR = ROOT / "tests-integration" / "install"
 INSTALLS = {

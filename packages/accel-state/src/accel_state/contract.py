@@ -16,7 +16,8 @@ Variable                               Meaning
 ``ACCEL_DYNAMO_MODE``                  ``torch.compile`` mode (``default``, ``reduce-overhead``...)
 ``ACCEL_DYNAMO_USE_FULLGRAPH``         ``torch.compile(fullgraph=...)``
 ``ACCEL_DYNAMO_USE_DYNAMIC``           ``torch.compile(dynamic=...)``
-``ACCEL_USE_DEEPSPEED``                wrap models with DeepSpeed
+``ACCEL_USE_DEEPSPEED``                wrap models with DeepSpeed (Accelerate's
+                                       ``ACCELERATE_USE_DEEPSPEED`` is read too)
 ``ACCEL_DEEPSPEED_CONFIG``             JSON object: the launcher's DeepSpeed settings
 ``ACCEL_USE_FSDP``                     wrap models with FSDP
 ``ACCEL_FSDP_CONFIG``                  JSON object: the launcher's ``fsdp_*`` settings
@@ -47,6 +48,7 @@ DYNAMO_MODE = "ACCEL_DYNAMO_MODE"
 DYNAMO_USE_FULLGRAPH = "ACCEL_DYNAMO_USE_FULLGRAPH"
 DYNAMO_USE_DYNAMIC = "ACCEL_DYNAMO_USE_DYNAMIC"
 USE_DEEPSPEED = "ACCEL_USE_DEEPSPEED"
+ACCELERATE_USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
 DEEPSPEED_CONFIG = "ACCEL_DEEPSPEED_CONFIG"
 USE_FSDP = "ACCEL_USE_FSDP"
 FSDP_CONFIG = "ACCEL_FSDP_CONFIG"
@@ -150,7 +152,7 @@ class LaunchContract:
         env = os.environ if environ is None else environ
         dynamic_raw = env.get(DYNAMO_USE_DYNAMIC)
         backend = read_choice(env, BACKEND, BACKENDS, "") or None
-        use_deepspeed = read_bool(env, USE_DEEPSPEED)
+        use_deepspeed = read_bool(env, USE_DEEPSPEED) or read_bool(env, ACCELERATE_USE_DEEPSPEED)
         use_fsdp = read_bool(env, USE_FSDP)
         if use_deepspeed and use_fsdp:
             raise EnvironmentConfigError(

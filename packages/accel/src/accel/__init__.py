@@ -31,6 +31,7 @@ _EXPORTS = {
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "GradientAccumulationPlugin": "accel.plugins",
+    "DeepSpeedPlugin": "accel.utils.deepspeed",
     "AccelError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from accel.state import AcceleratorState as AcceleratorState
     from accel.tracking import GeneralTracker as GeneralTracker
     from accel.tracking import LoggerType as LoggerType
+    from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
     from accel_ckpt.big_modeling import cpu_offload as cpu_offload

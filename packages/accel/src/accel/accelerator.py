@@ -71,7 +71,7 @@ class Accelerator(CheckpointingMixin):
         log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"wandb"``,
             ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
             :mod:`accel.tracking`).
-        deepspeed_plugin: DeepSpeed settings (arrive with the DeepSpeed strategy).
+        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin`; default: the launcher's DeepSpeed settings.
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
@@ -150,15 +150,17 @@ class Accelerator(CheckpointingMixin):
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.project_configuration = make_project_configuration(project_dir, project_config)
-        self.precision: Precision = make_precision(
-            self.state.mixed_precision, self.device, self.scaler_handler
-        )
-        self.scaler = self.precision.scaler
         self.strategy = make_strategy(
             self.state.distributed_type,
             self.state.partial,
             **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
         )
+        self.precision: Precision = make_precision(
+            "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
+            self.device,
+            self.scaler_handler,
+        )
+        self.scaler = self.precision.scaler
         self.step = 0
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -301,7 +303,27 @@ class Accelerator(CheckpointingMixin):
             for index, obj in enumerate(args):
                 if matches(obj):
                     result[index] = prepare(obj, placements[index])
+        together = self.strategy.prepare_together(list(result), list(self._dataloaders))
+        for before, after in zip(result, together, strict=True):
+            if after is not before:
+                self._replace_prepared(before, after)
+        result = together
         return result[0] if len(result) == 1 else tuple(result)
+
+    def _replace_prepared(self, before: Any, after: Any) -> None:
+        """Record that the strategy replaced the prepared object ``before`` by ``after``."""
+        for registry in (self._models, self._optimizers, self._schedulers):
+            for index, obj in enumerate(registry):
+                if obj is before:
+                    registry[index] = after
+        for key, (original, prepared) in list(self._prepared_ids.items()):
+            if prepared is before:
+                self._prepared_ids[key] = (original, after)
+        if isinstance(after, AcceleratedOptimizer) and after not in self._optimizers:
+            self._optimizers.append(after)
+        elif isinstance(after, AcceleratedScheduler) and after not in self._schedulers:
+            self._schedulers.append(after)
+        self._remember(after, after)
 
     def _already_prepared(self, obj: Any) -> Any:
         entry = self._prepared_ids.get(id(obj))
@@ -413,7 +435,7 @@ class Accelerator(CheckpointingMixin):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Use instead of ``loss.backward()``: divides by the accumulation steps, scales under fp16."""
         steps = self.gradient_accumulation_steps
-        if steps != 1:  # no extra autograd node in the common case
+        if steps != 1 and not self.strategy.engine_divides_loss:  # no extra node when 1
             loss = loss / steps
         self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
 
@@ -490,6 +512,9 @@ class Accelerator(CheckpointingMixin):
         still-scaled gradient, and returned unscaled).
         """
         tensors = _parameter_list(parameters)
+        engine_norm = self.strategy.clip_grad_norm_(max_norm)
+        if engine_norm is not None:
+            return engine_norm
         scale = self._gradient_scale()
         norm = torch.nn.utils.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
         return norm if scale == 1.0 else norm / scale
@@ -501,6 +526,8 @@ class Accelerator(CheckpointingMixin):
         bound is applied to the still-scaled gradient (``clip_value`` times the loss scale).
         """
         tensors = _parameter_list(parameters)
+        if self.strategy.clip_grad_value_(clip_value):
+            return
         torch.nn.utils.clip_grad_value_(tensors, clip_value * self._gradient_scale())
 
     # ------------------------------------------------------------------ collectives
@@ -632,6 +659,7 @@ class Accelerator(CheckpointingMixin):
         self._dataloaders.clear()
         self._prepared_ids.clear()
         self._parameter_moves.clear()
+        self.strategy.free_memory()
         self.step = 0
         return release_memory(*objects)
 

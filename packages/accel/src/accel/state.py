@@ -22,7 +22,7 @@ class AcceleratorState:
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; ``None`` keeps the launcher's.
         cpu: Force the CPU.
         dynamo_plugin: ``torch.compile`` settings.
-        deepspeed_plugin: DeepSpeed settings (strategy lands with the DeepSpeed issue).
+        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin` (ZeRO settings).
         fsdp_plugin: FSDP settings (strategy lands with the FSDP issue).
         backend: Communication backend for the process group.
         timeout: Process-group timeout.

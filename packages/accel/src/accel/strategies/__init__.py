@@ -16,12 +16,21 @@ from accel_state import DistributedType, PartialState
 
 StrategyFactory = Callable[..., ModelStrategy]
 
+
+def _deepspeed(state: PartialState, **settings: Any) -> ModelStrategy:
+    """Import the DeepSpeed strategy only when a job uses it."""
+    from accel.strategies.deepspeed import DeepSpeedStrategy
+
+    return DeepSpeedStrategy(state, **settings)
+
+
 _STRATEGIES: dict[DistributedType, StrategyFactory] = {
     DistributedType.NO: ModelStrategy,
     DistributedType.MULTI_CPU: DDPStrategy,
     DistributedType.MULTI_GPU: DDPStrategy,
     DistributedType.MULTI_XPU: DDPStrategy,
     DistributedType.XLA: XLAStrategy,
+    DistributedType.DEEPSPEED: _deepspeed,
 }
 
 

@@ -19,6 +19,10 @@ class ModelStrategy:
     """
 
     name = "single process"
+    #: The strategy's engine divides the loss by the accumulation steps itself (DeepSpeed).
+    engine_divides_loss = False
+    #: The strategy's engine applies mixed precision itself: the Accelerator does not autocast.
+    owns_mixed_precision = False
 
     def __init__(self, state: PartialState, **settings: Any) -> None:
         self.state = state
@@ -27,6 +31,29 @@ class ModelStrategy:
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap a model that is already on its device."""
         return model
+
+    def prepare_together(self, prepared: list[Any], dataloaders: Sequence[Any]) -> list[Any]:
+        """See every object of one ``prepare`` call once each was prepared on its own.
+
+        Args:
+            prepared: The call's objects, prepared, in the caller's order.
+            dataloaders: Every dataloader the Accelerator has prepared so far.
+
+        Returns:
+            The objects in the same order; the Accelerator records any that were replaced.
+        """
+        return prepared
+
+    def free_memory(self) -> None:
+        """Forget what the strategy built at ``prepare`` (``Accelerator.free_memory``)."""
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor | None:
+        """Clip the strategy's own way and return the norm; ``None``: clip the plain way."""
+        return None
+
+    def clip_grad_value_(self, clip_value: float) -> bool:
+        """Clip by value the strategy's own way; False: clip the plain way."""
+        return False
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """Return the module inside this strategy's wrapper, or ``None`` if ``model`` is not one."""

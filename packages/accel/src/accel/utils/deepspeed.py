@@ -1,0 +1,224 @@
+"""DeepSpeed settings: ``DeepSpeedPlugin``, ``DummyOptim`` and ``DummyScheduler`` (no deepspeed import).
+
+The strategy that builds the engine lives in :mod:`accel.strategies.deepspeed`; this module only
+holds what a user passes in, so ``import accel`` never imports deepspeed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+
+_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def import_deepspeed() -> Any:
+    """Import deepspeed on first use, with the install hint when it is missing.
+
+    Raises:
+        UnsupportedFeatureError: deepspeed is not installed.
+    """
+    try:
+        return importlib.import_module("deepspeed")
+    except ImportError as error:
+        raise UnsupportedFeatureError(
+            f"DeepSpeed was requested but the deepspeed package cannot be imported ({error}); "
+            "install it with `pip install 'accel[deepspeed]'`."
+        ) from None
+
+
+def require_deepspeed() -> None:
+    """Fail early (at ``Accelerator()``) when DeepSpeed is asked for but not installed.
+
+    Raises:
+        UnsupportedFeatureError: deepspeed is not installed.
+    """
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UnsupportedFeatureError(
+            "DeepSpeed was requested (deepspeed_plugin or accel launch --use_deepspeed) but the "
+            "deepspeed package is not installed; install it with `pip install 'accel[deepspeed]'`."
+        )
+
+
+def load_config_file(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Read a DeepSpeed JSON config from a path, a JSON string or a dict (copied).
+
+    Raises:
+        AcceleratorConfigError: The file is missing, is not JSON, or does not hold an object.
+    """
+    if isinstance(source, Mapping):
+        return json.loads(json.dumps(dict(source)))  # type: ignore[no-any-return]
+    text = os.fspath(source)
+    path = Path(text)
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise AcceleratorConfigError(
+                f"hf_ds_config={text!r} is not valid JSON (line {error.lineno}, column "
+                f"{error.colno}: {error.msg}); fix the file or pass a dict."
+            ) from None
+    elif text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise AcceleratorConfigError(
+                f"hf_ds_config holds a JSON string that does not parse ({error.msg}); fix it."
+            ) from None
+    else:
+        raise AcceleratorConfigError(
+            f"hf_ds_config={text!r}: no such file; pass the path of a DeepSpeed JSON config or a dict."
+        )
+    if not isinstance(data, dict):
+        raise AcceleratorConfigError(
+            f"hf_ds_config={text!r} holds a JSON {type(data).__name__}; a DeepSpeed config is an object."
+        )
+    return data
+
+
+@dataclasses.dataclass
+class DeepSpeedPlugin:
+    """DeepSpeed settings, with Accelerate's field names. ``None`` means "not set here".
+
+    Args:
+        hf_ds_config: A DeepSpeed config (path of a JSON file, or a dict); may hold ``"auto"``.
+        gradient_accumulation_steps: Micro-steps per optimizer step.
+        gradient_clipping: Gradient-norm clipping value the engine applies.
+        zero_stage: ZeRO stage, 0 to 3 (default 2 when neither this nor a config file says).
+        offload_optimizer_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 1-3).
+        offload_param_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO-3).
+        offload_optimizer_nvme_path: NVMe folder for optimizer offload.
+        offload_param_nvme_path: NVMe folder for parameter offload.
+        zero3_init_flag: Build models sharded at construction under ZeRO-3
+            (see :meth:`zero3_init_context_manager`).
+        zero3_save_16bit_model: Keep ``stage3_gather_16bit_weights_on_model_save`` on.
+        transformer_moe_cls_names: Comma-separated MoE layer class names (kept for compatibility).
+
+    Raises:
+        AcceleratorConfigError: A field holds a value outside what it accepts.
+    """
+
+    hf_ds_config: Any = None
+    gradient_accumulation_steps: int | None = None
+    gradient_clipping: float | None = None
+    zero_stage: int | None = None
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None
+    offload_optimizer_nvme_path: str | None = None
+    offload_param_nvme_path: str | None = None
+    zero3_init_flag: bool | None = None
+    zero3_save_16bit_model: bool | None = None
+    transformer_moe_cls_names: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
+            raise AcceleratorConfigError(
+                f"DeepSpeedPlugin(zero_stage={self.zero_stage!r}): choose 0, 1, 2 or 3."
+            )
+        for name in ("offload_optimizer_device", "offload_param_device"):
+            value = getattr(self, name)
+            if value is not None and value not in _OFFLOAD_DEVICES:
+                raise AcceleratorConfigError(
+                    f"DeepSpeedPlugin({name}={value!r}): choose one of {', '.join(_OFFLOAD_DEVICES)}."
+                )
+        steps = self.gradient_accumulation_steps
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise AcceleratorConfigError(
+                f"DeepSpeedPlugin(gradient_accumulation_steps={steps!r}): must be an integer >= 1."
+            )
+        self._resolved: dict[str, Any] | None = None
+
+    @classmethod
+    def from_launch_config(cls, settings: Mapping[str, Any]) -> DeepSpeedPlugin:
+        """The plugin described by the launcher's ``deepspeed_config`` (``--zero_stage``...)."""
+        fields = {field.name for field in dataclasses.fields(cls)}
+        # Accumulation steps reach the Accelerator through the launch contract itself.
+        fields.discard("gradient_accumulation_steps")
+        kwargs = {key: value for key, value in settings.items() if key in fields}
+        if settings.get("deepspeed_config_file"):
+            kwargs["hf_ds_config"] = settings["deepspeed_config_file"]
+        if settings.get("deepspeed_moe_layer_cls_names"):
+            names = settings["deepspeed_moe_layer_cls_names"]
+            kwargs["transformer_moe_cls_names"] = (
+                names if isinstance(names, str) else ",".join(names)
+            )
+        return cls(**kwargs)
+
+    @property
+    def config_file(self) -> dict[str, Any] | None:
+        """The user's config (parsed, ``"auto"`` values still in), or ``None``."""
+        return None if self.hf_ds_config is None else load_config_file(self.hf_ds_config)
+
+    @property
+    def deepspeed_config(self) -> dict[str, Any] | None:
+        """The resolved config the engine received (``None`` before ``prepare``)."""
+        return self._resolved
+
+    def zero3_init_context_manager(
+        self, enable: bool = True
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Context in which models are built already sharded (ZeRO-3 with ``zero3_init_flag``).
+
+        Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
+        """
+        from accel.strategies.deepspeed_config import init_config, zero_stage_of
+
+        if not enable or not self.zero3_init_flag or zero_stage_of(self) != 3:
+            return contextlib.nullcontext()
+        deepspeed = import_deepspeed()
+        return deepspeed.zero.Init(config_dict_or_path=init_config(self))  # type: ignore[no-any-return]
+
+
+class DummyOptim:
+    """Stands for the optimizer a DeepSpeed config file defines; ``prepare`` turns it into the real one.
+
+    Args:
+        params: The model parameters (or parameter groups).
+        lr: Fills ``"auto"`` in ``optimizer.params.lr``.
+        weight_decay: Fills ``"auto"`` in ``optimizer.params.weight_decay``.
+        **kwargs: Further values for ``"auto"`` entries of ``optimizer.params``.
+    """
+
+    def __init__(
+        self, params: Iterable[Any], lr: float = 0.001, weight_decay: float = 0.0, **kwargs: Any
+    ) -> None:
+        self.params = list(params)
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.kwargs = kwargs
+
+
+class DummyScheduler:
+    """Stands for the scheduler a DeepSpeed config file defines.
+
+    Args:
+        optimizer: The (dummy) optimizer it follows.
+        total_num_steps: Fills ``"auto"`` in ``scheduler.params.total_num_steps``.
+        warmup_num_steps: Fills ``"auto"`` in ``scheduler.params.warmup_num_steps``.
+        lr_scheduler_callable: Builds a scheduler from the engine's optimizer when the config
+            defines none.
+        **kwargs: Further values for ``"auto"`` entries of ``scheduler.params``.
+    """
+
+    def __init__(
+        self,
+        optimizer: Any,
+        total_num_steps: int | None = None,
+        warmup_num_steps: int = 0,
+        lr_scheduler_callable: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.optimizer = optimizer
+        self.total_num_steps = total_num_steps
+        self.warmup_num_steps = warmup_num_steps
+        self.lr_scheduler_callable = lr_scheduler_callable
+        self.kwargs = kwargs
