@@ -7,6 +7,7 @@ accel-ckpt) and from accel itself.
 from __future__ import annotations
 
 from accel._lazy import lazy_exports
+from accel.utils.imports import AVAILABILITY_CHECKS
 
 _FROM_STATE = [
     "DistributedType",
@@ -66,7 +67,20 @@ _FROM_ACCEL = {
     "tqdm": "accel.utils.progress",
     "LoggerType": "accel.tracking",
     "GeneralTracker": "accel.tracking",
+    "DDPCommunicationHookType": "accel.kwargs_handlers",
+    "DynamoBackend": "accel.kwargs_handlers",
+    "ProfileKwargs": "accel.profiling",
+    "DistributedOperationException": "accel.utils.operations",
+    "copy_tensor_to_devices": "accel.utils.operations",
 }
+# is_*_available, is_torch_version, is_compiled_module, is_port_in_use (see accel.utils.imports)
+_FROM_IMPORTS = [
+    *AVAILABILITY_CHECKS,
+    "is_torch_version",
+    "is_compiled_module",
+    "is_port_in_use",
+    "is_habana_gaudi1",
+]
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_STATE, "accel_state"),
@@ -74,6 +88,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_DATA, "accel_data"),
     **dict.fromkeys(_FROM_CKPT, "accel_ckpt"),
     **_FROM_ACCEL,
+    **dict.fromkeys(_FROM_IMPORTS, "accel.utils.imports"),
 }
 
 __all__ = sorted(_EXPORTS)
