@@ -29,7 +29,7 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
-from accel.state import AcceleratorState
+from accel.state import STATE_RESET_MESSAGE, AcceleratorState
 from accel.strategies import make_strategy
 from accel.tracking import BUILT_IN_TRACKERS, GeneralTracker, resolve_trackers
 from accel.triggers import Trigger
@@ -718,11 +718,7 @@ class Accelerator(CheckpointingMixin):
     def _check_state_alive(self) -> None:
         """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
         if not self.state.initialized:
-            raise AcceleratorConfigError(
-                "AcceleratorState was reset (AcceleratorState._reset_state() or "
-                "accel_state.reset_state()) after this Accelerator was created, so its settings "
-                "are gone. Create a new Accelerator after the reset and prepare with that one."
-            )
+            raise AcceleratorConfigError(STATE_RESET_MESSAGE)
 
     # ------------------------------------------------------------------ experiment tracking
     def init_trackers(

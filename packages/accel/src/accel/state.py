@@ -13,6 +13,13 @@ from accel_state import DistributedType, GradientState, PartialState, PrecisionT
 from accel_state.shared import shared_dict
 
 
+STATE_RESET_MESSAGE = (
+    "AcceleratorState was reset (AcceleratorState._reset_state() or accel_state.reset_state()) "
+    "after this Accelerator was created, so its settings are gone. Create a new Accelerator "
+    "after the reset and use that one."
+)
+
+
 class AcceleratorState:
     """Process-wide training settings: precision, compilation, sharding plugins.
 
@@ -85,10 +92,17 @@ class AcceleratorState:
         if reset_partial_state:
             PartialState._reset_state()
 
+    def _require(self, key: str) -> Any:
+        """A shared setting, or an error explaining that the state was reset."""
+        try:
+            return self._shared_state[key]
+        except KeyError:
+            raise AcceleratorConfigError(STATE_RESET_MESSAGE) from None
+
     @property
     def mixed_precision(self) -> PrecisionType:
         """The mixed-precision mode."""
-        return self._shared_state["mixed_precision"]  # type: ignore[no-any-return]
+        return self._require("mixed_precision")  # type: ignore[no-any-return]
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -102,7 +116,7 @@ class AcceleratorState:
     @property
     def partial(self) -> PartialState:
         """The underlying :class:`PartialState`."""
-        return self._shared_state["partial"]  # type: ignore[no-any-return]
+        return self._require("partial")  # type: ignore[no-any-return]
 
     @property
     def device(self) -> torch.device:
