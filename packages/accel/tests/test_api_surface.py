@@ -277,7 +277,7 @@ def test_ddp_comm_hook_settings_are_validated():
     )
     with pytest.raises(AcceleratorConfigError, match="comm_hook='nope'"):
         DistributedDataParallelKwargs(comm_hook="nope")
-    with pytest.raises(AcceleratorConfigError, match="comm_wrapper='fp16'.*power_sgd"):
+    with pytest.raises(AcceleratorConfigError, match=r"comm_wrapper='fp16'.*power_sgd"):
         DistributedDataParallelKwargs(comm_hook="fp16", comm_wrapper="fp16")
     with pytest.raises(AcceleratorConfigError, match="comm_state_option"):
         DistributedDataParallelKwargs(comm_state_option={"matrix_approximation_rank": 2})

@@ -12,7 +12,6 @@ from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_state import DistributedType, GradientState, PartialState, PrecisionType
 from accel_state.shared import shared_dict
 
-
 STATE_RESET_MESSAGE = (
     "AcceleratorState was reset (AcceleratorState._reset_state() or accel_state.reset_state()) "
     "after this Accelerator was created, so its settings are gone. Create a new Accelerator "
