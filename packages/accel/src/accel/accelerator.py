@@ -715,6 +715,39 @@ class Accelerator(CheckpointingMixin):
         profiler.export_chrome_trace(path)
         self.wait_for_everyone()
 
+    @property
+    def multi_device(self) -> bool:
+        """Whether several accelerators take part (multi-process GPU, XPU, NPU... but not CPU)."""
+        kind = self.distributed_type
+        return (
+            self.use_distributed and kind.value.startswith("MULTI_") and kind.value != "MULTI_CPU"
+        )
+
+    @property
+    def non_blocking(self) -> bool:
+        """``DataLoaderConfiguration.non_blocking``: asynchronous host-to-device batch copies."""
+        return bool(self.dataloader_config.non_blocking)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """``DataLoaderConfiguration.use_seedable_sampler``."""
+        return bool(self.dataloader_config.use_seedable_sampler)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """``DataLoaderConfiguration.use_stateful_dataloader``."""
+        return bool(self.dataloader_config.use_stateful_dataloader)
+
+    @property
+    def save_iteration(self) -> int:
+        """Number of the next automatically named checkpoint (``checkpoint_<n>``)."""
+        return self.project_configuration.iteration
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes the model: the local main process (no N-D parallelism here)."""
+        return self.is_local_main_process
+
     def _check_state_alive(self) -> None:
         """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
         if not self.state.initialized:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accel.kwargs_handlers import TorchDynamoPlugin
@@ -28,3 +30,18 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
                 block.compile(**kwargs)
             return model
     return torch.compile(model, **kwargs)  # type: ignore[return-value]
+
+
+def compile_regions(module: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.Module:
+    """Compile the repeated blocks of ``module`` in place (the whole module if it has none)."""
+    plugin = TorchDynamoPlugin(
+        backend=compile_kwargs.pop("backend", "inductor"), use_regional_compilation=True
+    )
+    for name, value in compile_kwargs.items():
+        setattr(plugin, name, value)
+    return compile_model(module, plugin)
+
+
+def has_compiled_regions(module: torch.nn.Module) -> bool:
+    """Whether any submodule of ``module`` was compiled in place (``module.compile()``)."""
+    return any(getattr(sub, "_compiled_call_impl", None) is not None for sub in module.modules())

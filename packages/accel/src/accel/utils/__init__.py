@@ -38,6 +38,11 @@ _FROM_OPS = [
     "reduce",
     "send_to_device",
     "slice_tensors",
+    "CannotPadNestedTensorWarning",
+    "TensorInformation",
+    "is_namedtuple",
+    "is_tensor_information",
+    "ignorant_find_batch_size",
 ]
 _FROM_DATA = [
     "DataLoaderConfiguration",
@@ -72,6 +77,29 @@ _FROM_ACCEL = {
     "ProfileKwargs": "accel.profiling",
     "DistributedOperationException": "accel.utils.operations",
     "copy_tensor_to_devices": "accel.utils.operations",
+    "PROFILE_PATTERN_NAME": "accel.profiling",
+    "compile_regions": "accel.compilation",
+    "has_compiled_regions": "accel.compilation",
+    "SAFE_WEIGHTS_NAME": "accel_ckpt.sharding",
+    "SAFE_WEIGHTS_INDEX_NAME": "accel_ckpt.sharding",
+    "WEIGHTS_NAME": "accel_ckpt.sharding",
+    "WEIGHTS_INDEX_NAME": "accel_ckpt.sharding",
+    "write_basic_config": "accel_launch.config.defaults",
+    **dict.fromkeys(
+        [
+            "get_int_from_env",
+            "parse_flag_from_env",
+            "parse_choice_from_env",
+            "clear_environment",
+            "convert_bytes",
+            "merge_dicts",
+            "recursive_getattr",
+            "get_pretty_name",
+            "wait_for_everyone",
+            "check_os_kernel",
+        ],
+        "accel.utils.other",
+    ),
 }
 # is_*_available, is_torch_version, is_compiled_module, is_port_in_use (see accel.utils.imports)
 _FROM_IMPORTS = [
