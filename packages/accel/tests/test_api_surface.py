@@ -370,3 +370,53 @@ def test_surface_methods_on_real_processes(tmp_path, world_size):
         assert out["no_sync_same"] is False
         assert out["local_sgd_same"] == [False, True, False]
         assert out["debug_error"] == "DistributedOperationError"
+
+
+# ---------------------------------------------------------------- the coverage script
+def _coverage_script():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "api_coverage.py"
+    spec = importlib.util.spec_from_file_location("api_coverage", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_path, capsys):
+    script = _coverage_script()
+
+    def theirs(a, b, c):
+        return a
+
+    def ours(a, b):
+        return a
+
+    assert script.classify("accelerate.utils", "f", True, theirs, theirs).status == "same"
+    differs = script.classify("accelerate.utils", "f", True, theirs, ours)
+    assert (differs.status, differs.note) == ("differs", "lacks parameters c")
+    enum_gap = script.classify(
+        "accelerate.utils", "DistributedType", True, DistributedType, DynamoBackend
+    )
+    assert enum_gap.status == "differs" and "MULTI_CPU" in enum_gap.note
+    absent = script.classify("Accelerator", "tensor_parallel_rank", False, None, None)
+    assert absent.status == "absent" and "parallelism" in absent.note
+    assert script.classify("accelerate.utils", "brand_new", False, None, None).note == ""
+
+    entries = [
+        script.Entry("accelerate", "Accelerator", "same", ""),
+        script.Entry("accelerate.utils", "brand_new", "absent", ""),
+    ]
+    section = script.render("9.9", entries)
+    readme = tmp_path / "README.md"
+    readme.write_text("# title\n\nbefore\n")
+    script.write_readme(section, readme)
+    script.write_readme(section.replace("9.9", "9.10"), readme)
+    text = readme.read_text()
+    assert text.startswith("# title\n\nbefore\n") and text.count(script.START) == 1
+    assert "Accelerate 9.10" in text and "| `brand_new` | (no reason recorded) |" in text
+
+    assert script.main(["--check"], collector=lambda: ("9.9", entries)) == 1
+    assert "absent without a recorded reason: accelerate.utils.brand_new" in capsys.readouterr().err

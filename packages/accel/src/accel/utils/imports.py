@@ -72,7 +72,6 @@ is_transformer_engine_available = _library_check("transformer_engine", "Transfor
 is_transformers_available = _library_check("transformers", "Hugging Face transformers")
 is_triton_available = _library_check("triton", "Triton")
 is_wandb_available = _library_check("wandb", "Weights & Biases")
-is_bnb_available = _library_check("bitsandbytes", "bitsandbytes")
 is_import_timer_available = _library_check("import_timer", "import-timer")
 
 
@@ -84,6 +83,19 @@ def is_tensorboard_available() -> bool:
 def is_torchdata_stateful_dataloader_available() -> bool:
     """Whether ``torchdata.stateful_dataloader`` is installed."""
     return _installed("torchdata") and _installed("torchdata.stateful_dataloader")
+
+
+def is_bnb_available(min_version: str | None = None) -> bool:
+    """Whether bitsandbytes is installed (at version ``min_version`` or newer, when given)."""
+    if not _installed("bitsandbytes"):
+        return False
+    if min_version is None:
+        return True
+    from importlib.metadata import version
+
+    from torch.torch_version import TorchVersion
+
+    return TorchVersion(version("bitsandbytes")) >= min_version
 
 
 def is_8bit_bnb_available() -> bool:
@@ -186,9 +198,11 @@ def is_habana_gaudi1() -> bool:
     return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
 
 
-def is_neuron_available() -> bool:
-    """Whether AWS Neuron (``torch_neuronx``) is installed."""
-    return _installed("torch_neuronx")
+def is_neuron_available(check_device: bool = False) -> bool:
+    """Whether AWS Neuron (``torch_neuronx``) is usable (``check_device``: a device is seen)."""
+    if not _installed("torch_neuronx"):
+        return False
+    return not check_device or _plugin_device("torch_neuronx", "neuron", True)
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
