@@ -131,6 +131,8 @@ ACCELERATE_KEYWORDS = [
     "parallelism_config",
     "even_batches",
     "dispatch_batches",
+    "use_seedable_sampler",  # Accelerate 0.x
+    "logging_dir",  # Accelerate 0.x
 ]
 
 
@@ -236,9 +238,11 @@ def test_an_accelerator_survives_pickling_with_an_equal_state():
 
 
 # ---------------------------------------------------------------- Accelerator keywords
-def test_accelerator_accepts_every_accelerate_keyword():
+def test_accelerator_accepts_every_accelerate_keyword(tmp_path):
     parameters = inspect.signature(Accelerator.__init__).parameters
     assert [name for name in ACCELERATE_KEYWORDS if name not in parameters] == []
+    old_style = Accelerator(cpu=True, logging_dir=str(tmp_path), use_seedable_sampler=True)
+    assert old_style.project_dir == str(tmp_path) and old_style.use_seedable_sampler
 
 
 @pytest.mark.parametrize("keyword", ["torch_tp_plugin", "megatron_lm_plugin", "parallelism_config"])

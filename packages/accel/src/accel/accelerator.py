@@ -85,6 +85,8 @@ class Accelerator(CheckpointingMixin):
             plugins is not supported).
         torch_tp_plugin, megatron_lm_plugin, parallelism_config: Accepted for compatibility;
             anything but ``None`` raises :class:`UnsupportedFeatureError` naming why.
+        use_seedable_sampler: Shortcut for the ``DataLoaderConfiguration`` field (Accelerate 0.x).
+        logging_dir: Accelerate 0.x's spelling of ``project_dir`` (deprecated there too).
 
     Raises:
         AcceleratorConfigError: Contradictory arguments, or arguments that contradict the state
@@ -117,6 +119,8 @@ class Accelerator(CheckpointingMixin):
         torch_tp_plugin: Any = None,
         megatron_lm_plugin: Any = None,
         parallelism_config: Any = None,
+        use_seedable_sampler: bool = _UNSET,
+        logging_dir: str | None = None,
     ) -> None:
         _refuse_unsupported(
             torch_tp_plugin=torch_tp_plugin,
@@ -124,6 +128,13 @@ class Accelerator(CheckpointingMixin):
             parallelism_config=parallelism_config,
         )
         deepspeed_plugin = _single_deepspeed_plugin(deepspeed_plugin, deepspeed_plugins)
+        if logging_dir is not None:
+            if project_dir is not None and str(project_dir) != str(logging_dir):
+                raise AcceleratorConfigError(
+                    f"logging_dir={logging_dir!r} and project_dir={project_dir!r} differ; "
+                    "logging_dir is the old name of project_dir: pass project_dir only."
+                )
+            project_dir = logging_dir
         self.log_with = resolve_trackers(log_with)
         self.trackers: list[GeneralTracker] = []
         handlers = _sort_handlers(kwargs_handlers or ())
@@ -171,6 +182,7 @@ class Accelerator(CheckpointingMixin):
             split_batches=split_batches,
             even_batches=even_batches,
             dispatch_batches=dispatch_batches,
+            use_seedable_sampler=use_seedable_sampler,
         )
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
