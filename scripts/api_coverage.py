@@ -60,7 +60,6 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
     ("Accelerator", "deepspeed_ulysses_dl_adapter"): ("absent", _DEEPSPEED),
     ("Accelerator", "is_fsdp2"): ("absent", _FSDP),
     ("Accelerator", "verify_device_map"): ("absent", _BIG_MODEL),
-    ("Accelerator", "get_state_dict"): ("absent", "lands with the coordinator's part of issue 14"),
     ("Accelerator", "lomo_backward"): ("absent", "the LOMO optimizer is not a target of accel"),
     ("Accelerator", "fp8_backend"): ("absent", _FP8),
     ("Accelerator", "clip_grad_norm_"): (
