@@ -104,6 +104,17 @@ MODULE_NAMES = {
         "DistributedOperationException",
     ],
     "accel": ["DDPCommunicationHookType", "ProfileKwargs", "find_executable_batch_size"],
+    "accel.utils.dataclasses": [
+        "DistributedDataParallelKwargs",
+        "DDPCommunicationHookType",
+        "DynamoBackend",
+        "ProfileKwargs",
+        "TorchDynamoPlugin",
+        "DistributedType",
+    ],
+    "accel.utils.random": ["set_seed", "synchronize_rng_states"],
+    "accel.utils.environment": ["parse_flag_from_env", "patch_environment", "str_to_bool"],
+    "accel.utils.imports": ["is_bf16_available", "is_torch_xla_available"],
 }
 
 #: Every keyword of Accelerate 1.x's ``Accelerator.__init__``.
