@@ -188,3 +188,20 @@ def test_first_parameter_has_accelerates_name(function, first):
     import inspect
 
     assert next(iter(inspect.signature(function).parameters)) == first
+
+
+def test_partial_state_debug_drives_debug_mode_and_the_error_has_accelerates_name():
+    from accel_state import PartialState
+
+    state = PartialState(cpu=True)
+    try:
+        state.debug = True
+        assert is_debug_mode()
+        set_debug_mode(False)  # the explicit toggle still wins
+        assert not is_debug_mode()
+        set_debug_mode(None)
+        state.debug = False
+        assert not is_debug_mode()
+    finally:
+        PartialState._reset_state()
+    assert accel_ops.DistributedOperationException is accel_ops.DistributedOperationError

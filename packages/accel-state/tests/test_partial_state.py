@@ -110,3 +110,11 @@ def test_xla_single_device_state(monkeypatch):
     assert state.num_processes == 1 and state.is_main_process
     assert state.layout.source == "xla"
     state.wait_for_everyone()
+
+
+def test_debug_is_settable_and_accelerates_variable_is_read(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_DEBUG_MODE", "true")
+    state = PartialState()
+    assert state.debug is True
+    state.debug = False
+    assert PartialState().debug is False

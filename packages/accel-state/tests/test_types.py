@@ -26,3 +26,9 @@ def test_precision_parses_any_case_and_rejects_unknown():
 def test_rng_types():
     assert RNGType("generator") is RNGType.GENERATOR
     assert RNGType.TORCH == "torch"
+
+
+def test_every_accelerate_member_exists_with_its_name_as_value():
+    for name in ("MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU", "MULTI_NEURON"):
+        assert DistributedType[name].value == name
+        assert DistributedType(name.lower()) is DistributedType[name]

@@ -6,7 +6,8 @@ and, when they disagree, raises :class:`DistributedOperationError` on every proc
 Outside debug mode nothing extra is sent.
 
 Debug mode is on when ``debug=True`` is passed to an operation, else when :func:`set_debug_mode`
-turned it on, else when the launcher contract says so (``ACCEL_DEBUG_MODE=1``, read once through
+turned it on, else when ``PartialState().debug`` says so (settable by scripts), else when the
+launcher contract says so (``ACCEL_DEBUG_MODE=1`` or ``ACCELERATE_DEBUG_MODE=1``, read once through
 ``accel_state.LaunchContract``).
 """
 
@@ -21,6 +22,7 @@ from accel_ops.errors import DistributedOperationError
 from accel_ops.group import GroupInfo
 from accel_ops.structures import named_leaves
 from accel_ops.transport import all_gather_objects
+from accel_state import PartialState
 from accel_state.contract import LaunchContract
 
 _override: bool | None = None
@@ -47,6 +49,9 @@ def is_debug_mode(debug: bool | None = None) -> bool:
         return debug
     if _override is not None:
         return _override
+    partial = PartialState._shared_state
+    if "debug" in partial:
+        return bool(partial["debug"])
     if _from_environment is None:
         _from_environment = LaunchContract.from_env().debug
     return _from_environment

@@ -76,6 +76,10 @@ class DistributedOperationError(AccelOpsError, RuntimeError):
         return (type(self), (str(self), self.operation, self.descriptions))
 
 
+#: Accelerate's name for the error debug mode raises (``accelerate.utils.operations``).
+DistributedOperationException = DistributedOperationError
+
+
 class XLAUnavailableError(AccelOpsError, ImportError):
     """The process group uses the ``xla`` backend but ``torch_xla`` cannot be imported."""
 

@@ -12,6 +12,7 @@ Variable                               Meaning
 ``ACCEL_USE_CPU``                      force the CPU even when an accelerator is present
 ``ACCEL_GRADIENT_ACCUMULATION_STEPS``  micro-steps per optimizer step (integer >= 1)
 ``ACCEL_DEBUG_MODE``                   check shapes across ranks before each collective
+                                       (Accelerate's ``ACCELERATE_DEBUG_MODE`` is read too)
 ``ACCEL_DYNAMO_BACKEND``               ``torch.compile`` backend, ``no`` to disable
 ``ACCEL_DYNAMO_MODE``                  ``torch.compile`` mode (``default``, ``reduce-overhead``...)
 ``ACCEL_DYNAMO_USE_FULLGRAPH``         ``torch.compile(fullgraph=...)``
@@ -43,6 +44,8 @@ MIXED_PRECISION = "ACCEL_MIXED_PRECISION"
 USE_CPU = "ACCEL_USE_CPU"
 GRADIENT_ACCUMULATION_STEPS = "ACCEL_GRADIENT_ACCUMULATION_STEPS"
 DEBUG_MODE = "ACCEL_DEBUG_MODE"
+#: Accelerate's spelling of the debug switch, honoured beside ``ACCEL_DEBUG_MODE``.
+ACCELERATE_DEBUG_MODE = "ACCELERATE_DEBUG_MODE"
 DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
 DYNAMO_MODE = "ACCEL_DYNAMO_MODE"
 DYNAMO_USE_FULLGRAPH = "ACCEL_DYNAMO_USE_FULLGRAPH"
@@ -166,7 +169,7 @@ class LaunchContract:
             gradient_accumulation_steps=read_int(
                 env, GRADIENT_ACCUMULATION_STEPS, default=1, minimum=1
             ),
-            debug=read_bool(env, DEBUG_MODE),
+            debug=read_bool(env, DEBUG_MODE) or read_bool(env, ACCELERATE_DEBUG_MODE),
             dynamo_backend=(env.get(DYNAMO_BACKEND) or "no").strip().lower(),
             dynamo_mode=env.get(DYNAMO_MODE) or None,
             dynamo_use_fullgraph=read_bool(env, DYNAMO_USE_FULLGRAPH),

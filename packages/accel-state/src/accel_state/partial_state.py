@@ -140,6 +140,11 @@ class PartialState:
         """Whether debug mode (cross-rank checks before collectives) is on."""
         return bool(self._shared_state["debug"])
 
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        """Turn debug mode on or off for this process (collectives read it on each call)."""
+        self._shared_state["debug"] = bool(value)
+
     @property
     def num_processes(self) -> int:
         """Number of processes in the whole job."""

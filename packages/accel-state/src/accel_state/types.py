@@ -26,12 +26,18 @@ class DistributedType(_StrEnum):
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
     MULTI_XPU = "MULTI_XPU"
-    XLA = "XLA"
-    TPU = "XLA"
     DEEPSPEED = "DEEPSPEED"
     FSDP = "FSDP"
+    XLA = "XLA"
+    TPU = "XLA"
     MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
     @classmethod
     def _missing_(cls, value: object) -> DistributedType | None:

@@ -30,6 +30,10 @@ _EXPORTS = {
     "GradScalerKwargs": "accel.kwargs_handlers",
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
     "TorchDynamoPlugin": "accel.kwargs_handlers",
+    "DDPCommunicationHookType": "accel.kwargs_handlers",
+    "ProfileKwargs": "accel.profiling",
+    "find_executable_batch_size": "accel.utils.memory",
+    "is_rich_available": "accel.utils.imports",
     "GradientAccumulationPlugin": "accel.plugins",
     "DeepSpeedPlugin": "accel.utils.deepspeed",
     "AccelError": "accel.errors",
@@ -72,17 +76,21 @@ if TYPE_CHECKING:
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
+    from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accel.profiling import ProfileKwargs as ProfileKwargs
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState
     from accel.tracking import GeneralTracker as GeneralTracker
     from accel.tracking import LoggerType as LoggerType
     from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
+    from accel.utils.imports import is_rich_available as is_rich_available
+    from accel.utils.memory import find_executable_batch_size as find_executable_batch_size
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
     from accel_ckpt.big_modeling import cpu_offload as cpu_offload

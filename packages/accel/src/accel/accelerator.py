@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -11,7 +12,8 @@ import torch
 
 import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
-from accel.errors import AcceleratorConfigError, PreparationError
+from accel.compilation import compile_model
+from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -25,10 +27,13 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
+from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
-from accel.state import AcceleratorState
+from accel.state import STATE_RESET_MESSAGE, AcceleratorState
 from accel.strategies import make_strategy
 from accel.tracking import GeneralTracker, resolve_trackers, tracker_class
+from accel.triggers import Trigger
+from accel.uneven_inputs import join_uneven_inputs, trigger_sync_in_backward
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
@@ -43,6 +48,7 @@ _HANDLER_TYPES = (
     GradScalerKwargs,
     InitProcessGroupKwargs,
     AutocastKwargs,
+    ProfileKwargs,
 )
 
 
@@ -75,6 +81,13 @@ class Accelerator(CheckpointingMixin):
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
+        dynamo_plugin: Full ``torch.compile`` settings; exclusive with ``dynamo_backend``.
+        deepspeed_plugins: Accelerate's name for one DeepSpeed plugin (a dict of several
+            plugins is not supported).
+        torch_tp_plugin, megatron_lm_plugin, parallelism_config: Accepted for compatibility;
+            anything but ``None`` raises :class:`UnsupportedFeatureError` naming why.
+        use_seedable_sampler: Shortcut for the ``DataLoaderConfiguration`` field (Accelerate 0.x).
+        logging_dir: Accelerate 0.x's spelling of ``project_dir`` (deprecated there too).
 
     Raises:
         AcceleratorConfigError: Contradictory arguments, or arguments that contradict the state
@@ -102,7 +115,27 @@ class Accelerator(CheckpointingMixin):
         fsdp_plugin: Any = None,
         even_batches: bool = _UNSET,
         dispatch_batches: bool | None = _UNSET,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugins: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        parallelism_config: Any = None,
+        use_seedable_sampler: bool = _UNSET,
+        logging_dir: str | None = None,
     ) -> None:
+        _refuse_unsupported(
+            torch_tp_plugin=torch_tp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            parallelism_config=parallelism_config,
+        )
+        deepspeed_plugin = _single_deepspeed_plugin(deepspeed_plugin, deepspeed_plugins)
+        if logging_dir is not None:
+            if project_dir is not None and str(project_dir) != str(logging_dir):
+                raise AcceleratorConfigError(
+                    f"logging_dir={logging_dir!r} and project_dir={project_dir!r} differ; "
+                    "logging_dir is the old name of project_dir: pass project_dir only."
+                )
+            project_dir = logging_dir
         self.log_with = resolve_trackers(log_with)
         self.trackers: list[GeneralTracker] = []
         handlers = _sort_handlers(kwargs_handlers or ())
@@ -112,10 +145,15 @@ class Accelerator(CheckpointingMixin):
         self.scaler_handler: GradScalerKwargs | None = handlers.get(GradScalerKwargs)  # type: ignore[assignment]
         self.init_handler: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)  # type: ignore[assignment]
         self.autocast_handler: AutocastKwargs | None = handlers.get(AutocastKwargs)  # type: ignore[assignment]
+        self.profile_handler: ProfileKwargs | None = handlers.get(ProfileKwargs)  # type: ignore[assignment]
 
-        dynamo_plugin = (
-            None if dynamo_backend is None else TorchDynamoPlugin(backend=dynamo_backend.lower())
-        )
+        if dynamo_backend is not None:
+            if dynamo_plugin is not None:
+                raise AcceleratorConfigError(
+                    f"dynamo_backend={dynamo_backend!r} and dynamo_plugin were both given; "
+                    "set the backend in the plugin only."
+                )
+            dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
         self.state = AcceleratorState(
             mixed_precision=mixed_precision,
             cpu=cpu,
@@ -145,6 +183,7 @@ class Accelerator(CheckpointingMixin):
             split_batches=split_batches,
             even_batches=even_batches,
             dispatch_batches=dispatch_batches,
+            use_seedable_sampler=use_seedable_sampler,
         )
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -169,6 +208,7 @@ class Accelerator(CheckpointingMixin):
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self._parameter_moves: ParameterMoves = {}
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
+        self._trigger = Trigger(self.device)
 
     # ------------------------------------------------------------------ facts about the job
     @property
@@ -286,6 +326,7 @@ class Accelerator(CheckpointingMixin):
             *args: Any mix of ``nn.Module``, ``Optimizer``, ``DataLoader`` and LR schedulers.
             device_placement: One flag per object overriding the Accelerator's setting.
         """
+        self._check_state_alive()
         placements = list(device_placement) if device_placement is not None else [None] * len(args)
         if len(placements) != len(args):
             raise PreparationError(
@@ -356,9 +397,7 @@ class Accelerator(CheckpointingMixin):
             self._parameter_moves.update(move_model(model, self.device))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
         prepared = model if evaluation_mode else self.strategy.wrap(model)
-        dynamo = self.state.dynamo_plugin
-        if dynamo.backend != "no":
-            prepared = torch.compile(prepared, **dynamo.compile_kwargs())  # type: ignore[assignment]
+        prepared = compile_model(prepared, self.state.dynamo_plugin)
         self._models.append(prepared)
         return self._remember(model, prepared)  # type: ignore[no-any-return]
 
@@ -667,6 +706,94 @@ class Accelerator(CheckpointingMixin):
         """Alias of :meth:`free_memory`."""
         return self.free_memory(*objects)
 
+    # ------------------------------------------------------------------ uneven inputs, triggers, profiling
+    def join_uneven_inputs(
+        self, joinables: Sequence[Any], even_batches: bool | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Train on uneven inputs: processes out of batches shadow the others' collectives.
+
+        Args:
+            joinables: Prepared DDP models (and other ``Joinable`` objects, e.g. a
+                ``ZeroRedundancyOptimizer``) used inside the block.
+            even_batches: Override the prepared dataloaders' ``even_batches`` inside the block.
+        """
+        return join_uneven_inputs(
+            self.distributed_type, self._dataloaders, joinables, even_batches, self.even_batches
+        )
+
+    def trigger_sync_in_backward(
+        self, model: torch.nn.Module
+    ) -> contextlib.AbstractContextManager[None]:
+        """Force the next backward pass of ``model`` to synchronise gradients (even in ``no_sync``)."""
+        return trigger_sync_in_backward(model, self.use_distributed)
+
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next :meth:`check_trigger` is then True everywhere."""
+        self._trigger.set()
+
+    def check_trigger(self) -> bool:
+        """Collective: True on every process when any process called :meth:`set_trigger`."""
+        return self._trigger.check()
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+        """Profile the block with ``torch.profiler``; yields the profiler.
+
+        With ``output_trace_dir`` set, each rank writes its Chrome trace
+        ``profile_<rank>.json`` there when the block ends.
+
+        Args:
+            profile_handler: Settings for this block; default: the ``ProfileKwargs`` given in
+                ``kwargs_handlers``, else torch's defaults.
+        """
+        handler = profile_handler or self.profile_handler or ProfileKwargs()
+        with handler.build() as profiler:
+            yield profiler
+        path = handler.trace_path(self.process_index)
+        if path is None:
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        profiler.export_chrome_trace(path)
+        self.wait_for_everyone()
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether several accelerators take part (multi-process GPU, XPU, NPU... but not CPU)."""
+        kind = self.distributed_type
+        return (
+            self.use_distributed and kind.value.startswith("MULTI_") and kind.value != "MULTI_CPU"
+        )
+
+    @property
+    def non_blocking(self) -> bool:
+        """``DataLoaderConfiguration.non_blocking``: asynchronous host-to-device batch copies."""
+        return bool(self.dataloader_config.non_blocking)
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        """``DataLoaderConfiguration.use_seedable_sampler``."""
+        return bool(self.dataloader_config.use_seedable_sampler)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """``DataLoaderConfiguration.use_stateful_dataloader``."""
+        return bool(self.dataloader_config.use_stateful_dataloader)
+
+    @property
+    def save_iteration(self) -> int:
+        """Number of the next automatically named checkpoint (``checkpoint_<n>``)."""
+        return self.project_configuration.iteration
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes the model: the local main process (no N-D parallelism here)."""
+        return self.is_local_main_process
+
+    def _check_state_alive(self) -> None:
+        """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
+        if not self.state.initialized:
+            raise AcceleratorConfigError(STATE_RESET_MESSAGE)
+
     # ------------------------------------------------------------------ experiment tracking
     def init_trackers(
         self,
@@ -761,6 +888,41 @@ def _parameter_list(parameters: Any) -> list[torch.Tensor]:
     if isinstance(parameters, torch.Tensor):
         return [parameters]
     return list(parameters)
+
+
+_UNSUPPORTED_ARGUMENTS = {
+    "torch_tp_plugin": "tensor parallelism through TorchTensorParallelPlugin is not implemented "
+    "in accel",
+    "megatron_lm_plugin": "Megatron-LM is not a target of accel (use FSDP or DeepSpeed)",
+    "parallelism_config": "ParallelismConfig (N-D parallelism: tp/cp/dp shards) is not "
+    "implemented in accel",
+}
+
+
+def _refuse_unsupported(**arguments: Any) -> None:
+    for name, value in arguments.items():
+        if value is not None:
+            raise UnsupportedFeatureError(
+                f"Accelerator({name}={value!r}): {_UNSUPPORTED_ARGUMENTS[name]}; leave it None."
+            )
+
+
+def _single_deepspeed_plugin(plugin: Any, plugins: Any) -> Any:
+    """``deepspeed_plugin`` or Accelerate's ``deepspeed_plugins`` (one plugin, not a dict)."""
+    if plugins is None:
+        return plugin
+    if plugin is not None:
+        raise AcceleratorConfigError(
+            "deepspeed_plugin and deepspeed_plugins were both given; pass one of them."
+        )
+    if isinstance(plugins, dict):
+        if len(plugins) != 1:
+            raise UnsupportedFeatureError(
+                f"Accelerator(deepspeed_plugins={{{', '.join(map(repr, plugins))}}}): several "
+                "DeepSpeed plugins in one Accelerator are not supported by accel; pass one."
+            )
+        return next(iter(plugins.values()))
+    return plugins
 
 
 def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandler]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Literal
+import enum
+from typing import Any
+
+from accel.errors import AcceleratorConfigError
 
 
 @dataclasses.dataclass
@@ -21,9 +24,31 @@ class KwargsHandler:
         }
 
 
+class DDPCommunicationHookType(str, enum.Enum):
+    """Gradient communication hooks for DDP: compression or PowerSGD (see ``comm_hook``)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+_POWER_SGD_HOOKS = (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCHED_POWER_SGD)
+_COMM_HOOK_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
 @dataclasses.dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Arguments for ``torch.nn.parallel.DistributedDataParallel``."""
+    """Arguments for ``torch.nn.parallel.DistributedDataParallel`` and its communication hook.
+
+    Args:
+        comm_hook: Gradient all-reduce hook: ``"fp16"``/``"bf16"`` compression, ``"power_sgd"``
+            or ``"batched_power_sgd"`` (low-rank), ``"no"`` for plain all-reduce.
+        comm_wrapper: ``"fp16"``/``"bf16"``: compress what a PowerSGD hook sends.
+        comm_state_option: Keyword arguments of ``PowerSGDState``
+            (e.g. ``matrix_approximation_rank``, ``start_powerSGD_iter``).
+    """
 
     dim: int = 0
     broadcast_buffers: bool = True
@@ -32,6 +57,50 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("comm_hook", "comm_wrapper"):
+            value = getattr(self, name)
+            try:
+                setattr(self, name, DDPCommunicationHookType(value))
+            except ValueError:
+                raise AcceleratorConfigError(
+                    f"DistributedDataParallelKwargs({name}={value!r}): use one of "
+                    f"{[kind.value for kind in DDPCommunicationHookType]}."
+                ) from None
+        if self.comm_wrapper not in (
+            DDPCommunicationHookType.NO,
+            DDPCommunicationHookType.FP16,
+            DDPCommunicationHookType.BF16,
+        ):
+            raise AcceleratorConfigError(
+                f"DistributedDataParallelKwargs(comm_wrapper={self.comm_wrapper.value!r}): "
+                "a wrapper compresses with 'fp16' or 'bf16'."
+            )
+        if (
+            self.comm_wrapper != DDPCommunicationHookType.NO
+            and self.comm_hook not in _POWER_SGD_HOOKS
+        ):
+            raise AcceleratorConfigError(
+                f"DistributedDataParallelKwargs(comm_wrapper={self.comm_wrapper.value!r}) wraps a "
+                f"PowerSGD hook, but comm_hook={self.comm_hook.value!r}; set comm_hook='power_sgd'."
+            )
+        if self.comm_state_option and self.comm_hook not in _POWER_SGD_HOOKS:
+            raise AcceleratorConfigError(
+                "DistributedDataParallelKwargs(comm_state_option=...) configures PowerSGD, but "
+                f"comm_hook={self.comm_hook.value!r}; set comm_hook='power_sgd' or drop the option."
+            )
+
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """The changed arguments of the DDP constructor (the hook settings left out)."""
+        return {k: v for k, v in self.to_kwargs().items() if k not in _COMM_HOOK_FIELDS}
+
+    def comm_hook_settings(self) -> dict[str, Any]:
+        """The hook settings, for the DDP strategy to register after wrapping."""
+        return {name: getattr(self, name) for name in _COMM_HOOK_FIELDS}
 
 
 @dataclasses.dataclass
@@ -62,14 +131,62 @@ class AutocastKwargs(KwargsHandler):
     cache_enabled: bool | None = None
 
 
+class DynamoBackend(str, enum.Enum):
+    """``torch.compile`` backends by Accelerate's names (``NO`` disables compilation)."""
+
+    NO = "NO"
+    EAGER = "EAGER"
+    AOT_EAGER = "AOT_EAGER"
+    INDUCTOR = "INDUCTOR"
+    AOT_TS_NVFUSER = "AOT_TS_NVFUSER"
+    NVPRIMS_NVFUSER = "NVPRIMS_NVFUSER"
+    CUDAGRAPHS = "CUDAGRAPHS"
+    OFI = "OFI"
+    FX2TRT = "FX2TRT"
+    ONNXRT = "ONNXRT"
+    TENSORRT = "TENSORRT"
+    AOT_TORCHXLA_TRACE_ONCE = "AOT_TORCHXLA_TRACE_ONCE"
+    TORCHXLA_TRACE_ONCE = "TORCHXLA_TRACE_ONCE"
+    TVM = "TVM"
+    HPU_BACKEND = "HPU_BACKEND"
+    NEURON = "NEURON"
+
+
 @dataclasses.dataclass
 class TorchDynamoPlugin(KwargsHandler):
-    """Settings for ``torch.compile`` (``backend="no"`` disables it)."""
+    """Settings for ``torch.compile`` (``backend="no"`` or ``disable=True`` turns it off).
+
+    Args:
+        backend: A backend name or :class:`DynamoBackend` (stored lower-case).
+        mode: ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``...
+        fullgraph: Fail instead of splitting the graph.
+        dynamic: Dynamic shapes (``None``: torch decides).
+        options: Backend options (``torch.compile(options=...)``).
+        disable: Keep models eager even when a backend is set.
+        use_regional_compilation: Compile each block of repeated layers (``nn.ModuleList``
+            entries) instead of the whole model: much faster to compile, nearly as fast to run.
+    """
 
     backend: str = "no"
-    mode: Literal["default", "reduce-overhead", "max-autotune"] | None = None
+    mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    options: dict[str, Any] | None = None
+    disable: bool = False
+    use_regional_compilation: bool = False
+
+    def __post_init__(self) -> None:
+        backend: Any = self.backend
+        if isinstance(backend, DynamoBackend):
+            backend = backend.value
+        self.backend = str(backend or "no").lower()
+        self.fullgraph = bool(self.fullgraph)
+        self.use_regional_compilation = bool(self.use_regional_compilation)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether prepared models are compiled."""
+        return self.backend != "no" and not self.disable
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile``."""
@@ -78,4 +195,6 @@ class TorchDynamoPlugin(KwargsHandler):
             kwargs["mode"] = self.mode
         if self.dynamic is not None:
             kwargs["dynamic"] = self.dynamic
+        if self.options is not None:
+            kwargs["options"] = self.options
         return kwargs

@@ -12,6 +12,9 @@ from accel.strategies.base import ModelStrategy
 from accel_ops import send_to_device
 from accel_state import GradientState
 
+#: Accelerate's name for moving (nested) optimizer state to a device.
+move_to_device = send_to_device
+
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps an optimizer for gradient accumulation, loss scaling and distributed strategies.

@@ -9,8 +9,14 @@ import torch
 
 from accel.errors import AcceleratorConfigError
 from accel.kwargs_handlers import TorchDynamoPlugin
-from accel_state import DistributedType, PartialState, PrecisionType
+from accel_state import DistributedType, GradientState, PartialState, PrecisionType
 from accel_state.shared import shared_dict
+
+STATE_RESET_MESSAGE = (
+    "AcceleratorState was reset (AcceleratorState._reset_state() or accel_state.reset_state()) "
+    "after this Accelerator was created, so its settings are gone. Create a new Accelerator "
+    "after the reset and use that one."
+)
 
 
 class AcceleratorState:
@@ -76,15 +82,26 @@ class AcceleratorState:
 
     @classmethod
     def _reset_state(cls, reset_partial_state: bool = False) -> None:
-        """Forget the shared record (tests only)."""
+        """Forget the shared training settings (the PartialState lives on, as in Accelerate).
+
+        The :class:`PartialState` and its process group are reset too only with
+        ``reset_partial_state=True``.
+        """
         cls._shared_state.clear()
         if reset_partial_state:
             PartialState._reset_state()
 
+    def _require(self, key: str) -> Any:
+        """A shared setting, or an error explaining that the state was reset."""
+        try:
+            return self._shared_state[key]
+        except KeyError:
+            raise AcceleratorConfigError(STATE_RESET_MESSAGE) from None
+
     @property
     def mixed_precision(self) -> PrecisionType:
         """The mixed-precision mode."""
-        return self._shared_state["mixed_precision"]  # type: ignore[no-any-return]
+        return self._require("mixed_precision")  # type: ignore[no-any-return]
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -98,12 +115,42 @@ class AcceleratorState:
     @property
     def partial(self) -> PartialState:
         """The underlying :class:`PartialState`."""
-        return self._shared_state["partial"]  # type: ignore[no-any-return]
+        return self._require("partial")  # type: ignore[no-any-return]
 
     @property
     def device(self) -> torch.device:
         """The device of this process."""
         return self.partial.device
+
+    def _facts(self) -> tuple[Any, ...]:
+        """What two states must share to be equal: layout, device, mode and precision."""
+        return (
+            self.distributed_type,
+            self.partial.num_processes,
+            self.partial.process_index,
+            self.partial.local_process_index,
+            self.device,
+            self.mixed_precision,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AcceleratorState):
+            return NotImplemented
+        if not (self.initialized and other.initialized):
+            return self.initialized == other.initialized
+        return self._facts() == other._facts()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self._shared_state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled where the state exists, rejoin it; elsewhere keep the pickled copy."""
+        if "partial" in self._shared_state:
+            self.__dict__ = self._shared_state
+        else:
+            self.__dict__ = dict(state)
 
     def __getattr__(self, name: str) -> Any:
         partial = self.__dict__.get("partial")
@@ -113,3 +160,11 @@ class AcceleratorState:
 
     def __repr__(self) -> str:
         return f"{self.partial!r}Mixed precision type: {self.mixed_precision.value}\n"
+
+
+def is_initialized() -> bool:
+    """Whether an :class:`AcceleratorState` exists in this process (an Accelerator was made)."""
+    return "partial" in AcceleratorState._shared_state
+
+
+__all__ = ["AcceleratorState", "GradientState", "PartialState", "is_initialized"]

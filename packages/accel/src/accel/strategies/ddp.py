@@ -13,6 +13,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from accel.strategies.base import ModelStrategy
+from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
+from accel_state import PartialState
 
 # Every DDP wrapper this process made, so the exit hook can detach them from the destroyed group.
 _WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
@@ -26,6 +28,11 @@ class DDPStrategy(ModelStrategy):
     """
 
     name = "DistributedDataParallel"
+
+    def __init__(self, state: PartialState, **settings: Any) -> None:
+        hook_settings = {name: settings.pop(name) for name in COMM_HOOK_FIELDS if name in settings}
+        super().__init__(state, **settings)
+        self.comm_hook = CommHook(**hook_settings)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap ``model`` in DDP unless it has nothing to train or is already wrapped."""
@@ -42,6 +49,7 @@ class DDPStrategy(ModelStrategy):
             output_device=device_ids[0] if device_ids else None,
             **self.settings,
         )
+        self.comm_hook.register(wrapped)
         _release_at_exit(wrapped)
         return wrapped
 

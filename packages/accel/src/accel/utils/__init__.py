@@ -7,6 +7,7 @@ accel-ckpt) and from accel itself.
 from __future__ import annotations
 
 from accel._lazy import lazy_exports
+from accel.utils.imports import AVAILABILITY_CHECKS
 
 _FROM_STATE = [
     "DistributedType",
@@ -37,6 +38,11 @@ _FROM_OPS = [
     "reduce",
     "send_to_device",
     "slice_tensors",
+    "CannotPadNestedTensorWarning",
+    "TensorInformation",
+    "is_namedtuple",
+    "is_tensor_information",
+    "ignorant_find_batch_size",
 ]
 _FROM_DATA = [
     "DataLoaderConfiguration",
@@ -93,7 +99,43 @@ _FROM_ACCEL = {
     "tqdm": "accel.utils.progress",
     "LoggerType": "accel.tracking",
     "GeneralTracker": "accel.tracking",
+    "DDPCommunicationHookType": "accel.kwargs_handlers",
+    "DynamoBackend": "accel.kwargs_handlers",
+    "ProfileKwargs": "accel.profiling",
+    "DistributedOperationException": "accel.utils.operations",
+    "copy_tensor_to_devices": "accel.utils.operations",
+    "PROFILE_PATTERN_NAME": "accel.profiling",
+    "compile_regions": "accel.compilation",
+    "has_compiled_regions": "accel.compilation",
+    "SAFE_WEIGHTS_NAME": "accel_ckpt.sharding",
+    "SAFE_WEIGHTS_INDEX_NAME": "accel_ckpt.sharding",
+    "WEIGHTS_NAME": "accel_ckpt.sharding",
+    "WEIGHTS_INDEX_NAME": "accel_ckpt.sharding",
+    "write_basic_config": "accel_launch.config.defaults",
+    **dict.fromkeys(
+        [
+            "get_int_from_env",
+            "parse_flag_from_env",
+            "parse_choice_from_env",
+            "clear_environment",
+            "convert_bytes",
+            "merge_dicts",
+            "recursive_getattr",
+            "get_pretty_name",
+            "wait_for_everyone",
+            "check_os_kernel",
+        ],
+        "accel.utils.other",
+    ),
 }
+# is_*_available, is_torch_version, is_compiled_module, is_port_in_use (see accel.utils.imports)
+_FROM_IMPORTS = [
+    *AVAILABILITY_CHECKS,
+    "is_torch_version",
+    "is_compiled_module",
+    "is_port_in_use",
+    "is_habana_gaudi1",
+]
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_STATE, "accel_state"),
@@ -102,6 +144,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_CKPT, "accel_ckpt"),
     **dict.fromkeys(_FROM_BIG_MODELING, "accel_ckpt.big_modeling"),
     **_FROM_ACCEL,
+    **dict.fromkeys(_FROM_IMPORTS, "accel.utils.imports"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,252 @@
+"""Skip decorators, launch commands and cross-process checks for users' tests."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+import unittest
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import torch
+
+import accel_ops
+from accel.utils.imports import (
+    is_cuda_available,
+    is_mps_available,
+    is_torch_version,
+    is_torch_xla_available,
+    is_torchvision_available,
+    is_xpu_available,
+)
+from accel_state.testing.ports import find_free_port
+
+T = TypeVar("T", bound=Callable[..., Any])
+
+
+def _device_type_and_count() -> tuple[str, int]:
+    if is_cuda_available():
+        return "cuda", torch.cuda.device_count()
+    if is_xpu_available():
+        return "xpu", torch.xpu.device_count()
+    if is_mps_available():
+        return "mps", 1
+    return "cpu", 1
+
+
+#: The accelerator type of this machine (``"cuda"``, ``"xpu"``, ``"mps"`` or ``"cpu"``).
+torch_device, device_count = _device_type_and_count()
+
+
+def _skip_unless(condition: bool, reason: str) -> Callable[[T], T]:
+    return unittest.skipUnless(condition, reason)
+
+
+def slow(test_case: T) -> T:
+    """Run only when ``RUN_SLOW=1`` (slow tests are skipped by default)."""
+    return _skip_unless(os.environ.get("RUN_SLOW", "0") in ("1", "true", "yes"), "test is slow")(
+        test_case
+    )
+
+
+def skip(test_case: T) -> T:
+    """Always skip."""
+    return unittest.skip("test was skipped")(test_case)
+
+
+def run_first(test_case: T) -> T:
+    """Mark a test to run first (a ``pytest.mark.order(1)`` when pytest-order is installed)."""
+    try:
+        import pytest
+
+        return cast(T, pytest.mark.order(1)(test_case))
+    except (ImportError, AttributeError):
+        return test_case
+
+
+def require_cpu(test_case: T) -> T:
+    """Run only when no accelerator is present."""
+    return _skip_unless(torch_device == "cpu", "test requires only a CPU")(test_case)
+
+
+def require_non_cpu(test_case: T) -> T:
+    """Run only when an accelerator is present."""
+    return _skip_unless(torch_device != "cpu", "test requires an accelerator")(test_case)
+
+
+def require_cuda(test_case: T) -> T:
+    """Run only with a CUDA GPU."""
+    return _skip_unless(is_cuda_available(), "test requires a CUDA GPU")(test_case)
+
+
+def require_xpu(test_case: T) -> T:
+    """Run only with an Intel XPU."""
+    return _skip_unless(is_xpu_available(), "test requires an XPU")(test_case)
+
+
+def require_mps(test_case: T) -> T:
+    """Run only with Apple's MPS device."""
+    return _skip_unless(is_mps_available(), "test requires MPS")(test_case)
+
+
+def require_tpu(test_case: T) -> T:
+    """Run only with torch_xla on a TPU."""
+    return _skip_unless(is_torch_xla_available(check_is_tpu=True), "test requires a TPU")(test_case)
+
+
+def require_non_torch_xla(test_case: T) -> T:
+    """Run only without torch_xla."""
+    return _skip_unless(not is_torch_xla_available(), "test requires no torch_xla")(test_case)
+
+
+def require_single_device(test_case: T) -> T:
+    """Run only with exactly one accelerator."""
+    return _skip_unless(
+        torch_device != "cpu" and device_count == 1, "test requires one accelerator"
+    )(test_case)
+
+
+def require_single_gpu(test_case: T) -> T:
+    """Run only with exactly one CUDA GPU."""
+    return _skip_unless(is_cuda_available() and device_count == 1, "test requires one GPU")(
+        test_case
+    )
+
+
+def require_multi_device(test_case: T) -> T:
+    """Run only with several accelerators."""
+    return _skip_unless(
+        torch_device != "cpu" and device_count > 1, "test requires several accelerators"
+    )(test_case)
+
+
+def require_multi_gpu(test_case: T) -> T:
+    """Run only with several CUDA GPUs."""
+    return _skip_unless(is_cuda_available() and device_count > 1, "test requires several GPUs")(
+        test_case
+    )
+
+
+def require_fp16(test_case: T) -> T:
+    """Run only where fp16 mixed precision works (always with torch's CPU and GPU builds)."""
+    return test_case
+
+
+def require_torchvision(test_case: T) -> T:
+    """Run only with torchvision installed."""
+    return _skip_unless(is_torchvision_available(), "test requires torchvision")(test_case)
+
+
+def require_torch_min_version(test_case: T | None = None, version: str | None = None) -> Any:
+    """Run only with torch >= ``version`` (usable with or without arguments)."""
+    if test_case is None:
+        return lambda case: require_torch_min_version(case, version=version)
+    if version is None:
+        raise ValueError("require_torch_min_version(version=None): pass a version like '2.1'.")
+    return _skip_unless(is_torch_version(">=", version), f"test requires torch>={version}")(
+        test_case
+    )
+
+
+def get_launch_command(**kwargs: Any) -> list[str]:
+    """``accel launch`` with ``--key=value`` flags (``--key`` for True, nothing for None/False).
+
+    Runs through this interpreter, so it works without the venv's ``bin`` on ``PATH``.
+    """
+    command = [sys.executable, "-m", "accel_launch.cli", "launch"]
+    for key, value in kwargs.items():
+        if isinstance(value, bool):
+            if value:
+                command.append(f"--{key}")
+        elif value is not None:
+            command.append(f"--{key}={value}")
+    return command
+
+
+DEFAULT_LAUNCH_COMMAND = get_launch_command(num_processes=device_count)
+
+
+def get_torch_dist_unique_port() -> int:
+    """A free TCP port on localhost for a test's rendezvous."""
+    return find_free_port()
+
+
+@dataclasses.dataclass
+class SubprocessRunOutput:
+    """Exit code and output lines of :func:`execute_subprocess_async`."""
+
+    returncode: int
+    stdout: list[str]
+    stderr: list[str]
+
+
+def execute_subprocess_async(
+    cmd: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = 180,
+    quiet: bool = False,
+    echo: bool = True,
+) -> SubprocessRunOutput:
+    """Run ``cmd``, fail loudly on a non-zero exit or a timeout.
+
+    Raises:
+        RuntimeError: The command failed (its stderr is in the message) or timed out.
+    """
+    if echo:
+        print("\ncmd:", " ".join(map(str, cmd)))
+    try:
+        done = subprocess.run(
+            list(cmd),
+            env=dict(env) if env is not None else None,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise RuntimeError(f"{' '.join(map(str, cmd))!r} timed out after {timeout} s") from error
+    if not quiet:
+        sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))!r} failed with exit code {done.returncode}; "
+            f"stderr:\n{done.stderr}"
+        )
+    return SubprocessRunOutput(done.returncode, done.stdout.splitlines(), done.stderr.splitlines())
+
+
+def are_the_same_tensors(tensor: torch.Tensor) -> bool:
+    """Collective: whether every process holds a tensor equal to this one."""
+    gathered = accel_ops.gather(tensor[None].clone())
+    return all(torch.equal(gathered[index], tensor) for index in range(gathered.shape[0]))
+
+
+@contextlib.contextmanager
+def assert_exception(
+    exception_class: type[BaseException], msg: str | None = None
+) -> Iterator[None]:
+    """Assert that the block raises ``exception_class`` (whose text contains ``msg``)."""
+    try:
+        yield
+    except exception_class as error:
+        if msg is not None and msg not in str(error):
+            raise AssertionError(
+                f"{exception_class.__name__} raised without {msg!r}: {error}"
+            ) from error
+        return
+    raise AssertionError(f"Expected {exception_class.__name__} to be raised")
+
+
+def capture_call_output(func: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """What ``func(*args, **kwargs)`` prints to stdout."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        func(*args, **kwargs)
+    return buffer.getvalue()

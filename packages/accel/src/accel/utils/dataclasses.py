@@ -1,0 +1,40 @@
+"""Accelerate's ``accelerate.utils.dataclasses`` module path: settings classes and enums."""
+
+from __future__ import annotations
+
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    DynamoBackend,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    TorchDynamoPlugin,
+)
+from accel.plugins import GradientAccumulationPlugin
+from accel.profiling import ProfileKwargs
+from accel.tracking import LoggerType
+from accel_ckpt import ProjectConfiguration
+from accel_data import DataLoaderConfiguration
+from accel_state import ComputeEnvironment, DistributedType, PrecisionType, RNGType
+
+__all__ = [
+    "AutocastKwargs",
+    "ComputeEnvironment",
+    "DDPCommunicationHookType",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "DynamoBackend",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "LoggerType",
+    "PrecisionType",
+    "ProfileKwargs",
+    "ProjectConfiguration",
+    "RNGType",
+    "TorchDynamoPlugin",
+]

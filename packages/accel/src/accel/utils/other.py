@@ -1,0 +1,99 @@
+"""Small general helpers that ``accelerate.utils`` exposes (environment, naming, formatting)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from accel_state import str_to_bool
+
+_MIN_KERNEL = (5, 5)
+
+
+def get_int_from_env(env_keys: Sequence[str], default: int) -> int:
+    """The first of ``env_keys`` set to a non-negative integer, else ``default``."""
+    for key in env_keys:
+        value = int(os.environ.get(key, -1))
+        if value >= 0:
+            return value
+    return default
+
+
+def parse_flag_from_env(key: str, default: bool = False) -> bool:
+    """A boolean environment variable (``1``/``true``/``yes``...), ``default`` when unset."""
+    return bool(str_to_bool(os.environ.get(key, str(default))))
+
+
+def parse_choice_from_env(key: str, default: str = "no") -> str:
+    """A string environment variable, ``default`` when unset."""
+    return os.environ.get(key, str(default))
+
+
+@contextlib.contextmanager
+def clear_environment() -> Iterator[None]:
+    """Run the block with an empty ``os.environ``; the environment is restored afterwards."""
+    saved = os.environ.copy()
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def convert_bytes(size: float) -> str:
+    """A byte count for humans: ``convert_bytes(2048) == "2.0 KB"``."""
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if size < 1024.0:
+            return f"{round(size, 2)} {unit}"
+        size /= 1024.0
+    return f"{round(size, 2)} PB"
+
+
+def merge_dicts(source: dict[str, Any], destination: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``source`` into ``destination`` recursively (nested dicts merged, not replaced)."""
+    for key, value in source.items():
+        if isinstance(value, dict):
+            merge_dicts(value, destination.setdefault(key, {}))
+        else:
+            destination[key] = value
+    return destination
+
+
+def recursive_getattr(obj: Any, attr: str) -> Any:
+    """``getattr`` along a dotted path: ``recursive_getattr(model, "encoder.layer")``."""
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def get_pretty_name(obj: Any) -> str:
+    """The qualified name of a class or function (of the object's class otherwise)."""
+    if not hasattr(obj, "__qualname__") and not hasattr(obj, "__name__"):
+        obj = type(obj)
+    return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or obj)
+
+
+def wait_for_everyone() -> None:
+    """Block until every process reaches this call (``PartialState().wait_for_everyone()``)."""
+    from accel_state import PartialState
+
+    PartialState().wait_for_everyone()
+
+
+def check_os_kernel() -> None:
+    """Warn on Linux kernels older than 5.5, where processes can hang (as Accelerate does)."""
+    if platform.system() != "Linux":
+        return
+    release = platform.release().split("-")[0]
+    numbers = tuple(int(part) for part in release.split(".")[:2] if part.isdigit())
+    if len(numbers) == 2 and numbers < _MIN_KERNEL:
+        warnings.warn(
+            f"Linux kernel {release} is older than 5.5.0; processes may hang. "
+            "Upgrade the kernel to 5.5.0 or newer.",
+            stacklevel=2,
+        )
