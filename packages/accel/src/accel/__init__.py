@@ -31,6 +31,7 @@ _EXPORTS = {
     "InitProcessGroupKwargs": "accel.kwargs_handlers",
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "GradientAccumulationPlugin": "accel.plugins",
+    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "AccelError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
+    from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState

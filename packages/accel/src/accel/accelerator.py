@@ -352,6 +352,7 @@ class Accelerator(CheckpointingMixin):
         # On XLA, moving a model made new parameters; an optimizer built before prepare must
         # step those, not the host tensors it was given.
         switch_parameters(optimizer, self._parameter_moves)
+        self.strategy.prepare_optimizer(optimizer)
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
@@ -490,7 +491,7 @@ class Accelerator(CheckpointingMixin):
         """
         tensors = _parameter_list(parameters)
         scale = self._gradient_scale()
-        norm = torch.nn.utils.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
+        norm = self.strategy.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
         return norm if scale == 1.0 else norm / scale
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from accel.errors import UnsupportedFeatureError
 from accel.strategies.base import ModelStrategy
 from accel.strategies.ddp import DDPStrategy
+from accel.strategies.fsdp import FSDPStrategy
 from accel.strategies.xla import XLAStrategy
 from accel_state import DistributedType, PartialState
 
@@ -22,6 +23,7 @@ _STRATEGIES: dict[DistributedType, StrategyFactory] = {
     DistributedType.MULTI_GPU: DDPStrategy,
     DistributedType.MULTI_XPU: DDPStrategy,
     DistributedType.XLA: XLAStrategy,
+    DistributedType.FSDP: FSDPStrategy,
 }
 
 
@@ -47,4 +49,11 @@ def make_strategy(
     return factory(state, **settings)
 
 
-__all__ = ["DDPStrategy", "ModelStrategy", "XLAStrategy", "make_strategy", "register_strategy"]
+__all__ = [
+    "DDPStrategy",
+    "FSDPStrategy",
+    "ModelStrategy",
+    "XLAStrategy",
+    "make_strategy",
+    "register_strategy",
+]

@@ -46,3 +46,12 @@ class ModelStrategy:
 
     def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook before gradients are clipped: they must be complete (XLA reduces them here)."""
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook when an optimizer is prepared, after the models (FSDP rebinds its parameters)."""
+
+    def clip_grad_norm_(
+        self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip ``parameters``' gradients to ``max_norm``; returns the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)

@@ -60,6 +60,7 @@ _FROM_ACCEL = {
     "KwargsHandler": "accel.kwargs_handlers",
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "GradientAccumulationPlugin": "accel.plugins",
+    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "extract_model_from_parallel": "accel.utils.modeling",
     "release_memory": "accel.utils.memory",
     "find_executable_batch_size": "accel.utils.memory",
