@@ -209,7 +209,10 @@ def launched_script_losses(size: int, steps: int) -> dict[str, Any]:
     strategy = accelerator.strategy
     assert isinstance(strategy, FSDPStrategy)
     result["fsdp_version"] = strategy.fsdp.fsdp_version
+    result["layers"] = list(strategy.fsdp.layer_class_names)
+    result["rank"] = accelerator.process_index
     result["reference"] = reference_losses(steps, size, 1e-2)
+    accelerator.end_training()
     return result
 
 
