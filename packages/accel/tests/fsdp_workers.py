@@ -62,7 +62,9 @@ def global_batch(step: int, size: int) -> torch.Tensor:
 
 def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     logits = model(tokens[:, :-1])
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB).float(), tokens[:, 1:].reshape(-1))
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, VOCAB).float(), tokens[:, 1:].reshape(-1)
+    )
 
 
 def reference_losses(steps: int, size: int, lr: float, first_step: int = 0) -> list[float]:
@@ -168,13 +170,21 @@ def parity_job(size: int, steps: int) -> dict[str, Any]:
         )
     )
     out["fsdp2_accumulate"] = _strip(
-        train(fresh(fsdp_plugin=plugin(2), gradient_accumulation_steps=2), steps, size, accumulation=2)
+        train(
+            fresh(fsdp_plugin=plugin(2), gradient_accumulation_steps=2), steps, size, accumulation=2
+        )
     )
     out["fsdp1_accumulate"] = _strip(
-        train(fresh(fsdp_plugin=plugin(1), gradient_accumulation_steps=2), steps, size, accumulation=2)
+        train(
+            fresh(fsdp_plugin=plugin(1), gradient_accumulation_steps=2), steps, size, accumulation=2
+        )
     )
     out["fsdp2_offload_ac"] = _strip(
-        train(fresh(fsdp_plugin=plugin(2, cpu_offload=True, activation_checkpointing=True)), steps, size)
+        train(
+            fresh(fsdp_plugin=plugin(2, cpu_offload=True, activation_checkpointing=True)),
+            steps,
+            size,
+        )
     )
     out["bf16"] = _strip(
         train(fresh(fsdp_plugin=plugin(2), mixed_precision="bf16"), 6, size, lr=3e-2)

@@ -19,7 +19,10 @@ def parity() -> list[dict]:
 
 
 def close(got: list[float], want: list[float], tolerance: float = 1e-5) -> bool:
-    return all(math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance) for a, b in zip(got, want, strict=True))
+    return all(
+        math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance)
+        for a, b in zip(got, want, strict=True)
+    )
 
 
 def test_fsdp2_and_fsdp1_losses_equal_ddp_and_the_one_process_reference(parity):
@@ -109,12 +112,14 @@ def test_launcher_keys_map_to_fsdp2_and_fsdp1_settings():
 
 
 def test_fsdp_in_a_single_process_is_refused():
-    with pytest.raises(AcceleratorConfigError, match="needs a process group.*--num_processes"):
+    with pytest.raises(AcceleratorConfigError, match=r"needs a process group.*--num_processes"):
         Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
 
 
 @pytest.mark.cuda
 def test_world_size_one_fsdp_on_cuda():
-    results = spawn_workers(fsdp_workers.cuda_job, 1, args=(SIZE, STEPS), timeout=300, use_cpu=False)
+    results = spawn_workers(
+        fsdp_workers.cuda_job, 1, args=(SIZE, STEPS), timeout=300, use_cpu=False
+    )
     assert results[0]["type"] == "FSDP"
     assert close(results[0]["losses"], results[0]["reference"], tolerance=1e-3)

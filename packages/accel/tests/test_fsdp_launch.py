@@ -53,8 +53,18 @@ def launch(arguments: list[str], output: Path, home: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env.update(OMP_NUM_THREADS="1", HF_HOME=str(home), CUDA_VISIBLE_DEVICES="")
     output.mkdir()
-    command = [sys.executable, "-m", "accel_launch.cli", "launch", *arguments, str(SCRIPT), str(output)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "accel_launch.cli",
+        "launch",
+        *arguments,
+        str(SCRIPT),
+        str(output),
+    ]
+    result = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return [json.loads((output / f"rank{rank}.json").read_text()) for rank in (0, 1)]
 

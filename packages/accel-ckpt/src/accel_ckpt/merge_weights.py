@@ -63,10 +63,11 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         return load_file(str(path / FULL_MODEL_FILE))
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.checkpoint.state_dict_loader import load
 
-    reader = dcp.FileSystemReader(str(path))
+    reader = FileSystemReader(str(path))
     metadata = reader.read_metadata()
     targets: dict[str, torch.Tensor] = {}
     for key, entry in metadata.state_dict_metadata.items():
@@ -76,7 +77,7 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointNotFoundError(
             f"{os.fspath(folder)!r} holds no model tensors (no '{MODEL_PREFIX}*' entries)."
         )
-    dcp.load(targets, storage_reader=reader, no_dist=True)
+    load(targets, storage_reader=reader, no_dist=True)
     return {key.removeprefix(MODEL_PREFIX): tensor for key, tensor in targets.items()}
 
 

@@ -62,13 +62,13 @@ if TYPE_CHECKING:
     from accel.errors import AccelError as AccelError
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
+    from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
-    from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState

@@ -21,7 +21,13 @@ import torch
 
 from accel.errors import AcceleratorConfigError
 
-SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+SHARDING_STRATEGIES = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+)
 WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
 STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT")
@@ -118,13 +124,13 @@ class FullyShardedDataParallelPlugin:
         """
         values: dict[str, Any] = dict(_DEFAULTS)
         for key, value in (launcher or {}).items():
-            field = LAUNCHER_KEYS.get(key)
-            if field is not None and value is not None:
-                values[field] = value
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
+            target = LAUNCHER_KEYS.get(key)
+            if target is not None and value is not None:
+                values[target] = value
+        for name in (item.name for item in dataclasses.fields(self)):
+            value = getattr(self, name)
             if value is not None:
-                values[field.name] = value
+                values[name] = value
         return _validate(values)
 
 
@@ -268,10 +274,13 @@ def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype
                 f"mixed_precision_policy has unknown keys {sorted(unknown)}; use param_dtype, "
                 "reduce_dtype, buffer_dtype."
             )
-        return {key: _dtype(policy.get(key)) for key in ("param_dtype", "reduce_dtype", "buffer_dtype")}
+        return {
+            key: _dtype(policy.get(key)) for key in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        }
     if hasattr(policy, "param_dtype"):
         return {
-            key: getattr(policy, key, None) for key in ("param_dtype", "reduce_dtype", "buffer_dtype")
+            key: getattr(policy, key, None)
+            for key in ("param_dtype", "reduce_dtype", "buffer_dtype")
         }
     raise AcceleratorConfigError(
         f"mixed_precision_policy={policy!r}: pass a dict of dtypes or torch's MixedPrecisionPolicy."

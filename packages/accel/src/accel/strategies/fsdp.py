@@ -74,9 +74,7 @@ class FSDPStrategy(ModelStrategy):
             return model
         if not any(parameter.requires_grad for parameter in model.parameters()):
             return model
-        before = {
-            clean_name(name): parameter for name, parameter in model.named_parameters()
-        }
+        before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
         if self.fsdp.sync_module_states:
             _broadcast_from_rank0(model)
         layers = self._layers(model)
@@ -131,8 +129,12 @@ class FSDPStrategy(ModelStrategy):
     def _fully_shard(
         self, model: torch.nn.Module, layers: list[torch.nn.Module]
     ) -> torch.nn.Module:
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
+            MixedPrecisionPolicy,
+            OffloadPolicy,
+            fully_shard,
+        )
 
         dtypes = self._mixed_precision()
         mp_policy = MixedPrecisionPolicy(
@@ -157,7 +159,12 @@ class FSDPStrategy(ModelStrategy):
         return model
 
     def _fsdp1(self, model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module:
-        from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp import (
+            BackwardPrefetch,
+            CPUOffload,
+            MixedPrecision,
+            ShardingStrategy,
+        )
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         dtypes = self._mixed_precision()
@@ -285,7 +292,8 @@ class FSDPStrategy(ModelStrategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(model, options=options)
+        state = get_model_state_dict(model, options=options)
+        return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 
 
 def _raw(optimizer: Any) -> torch.optim.Optimizer:

@@ -47,9 +47,7 @@ class FSDPModelState:
         options = StateDictOptions(full_state_dict=full, cpu_offload=full)
         if not self.optimizers:
             return {MODEL_KEY: get_model_state_dict(self.model, options=options)}
-        model_state, optimizer_state = get_state_dict(
-            self.model, self.optimizers, options=options
-        )
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizers, options=options)
         return {MODEL_KEY: model_state, OPTIMIZER_KEY: optimizer_state}
 
     def _apply(self, state: dict[str, Any], full: bool) -> None:
@@ -76,19 +74,19 @@ class FSDPModelState:
         if self.full:
             self._save_full(folder)
             return
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import save
 
-        dcp.save(self._state(full=False), checkpoint_id=folder)
+        save(self._state(full=False), checkpoint_id=folder)
 
     def load(self, folder: pathlib.Path) -> None:
         """Read the state saved in ``folder`` into the model and optimizers (collective)."""
         if (folder / FULL_MODEL_FILE).exists():
             self._load_full(folder)
             return
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_loader import load
 
         state = self._state(full=False)
-        dcp.load(state, checkpoint_id=folder)
+        load(state, checkpoint_id=folder)
         self._apply(state, full=False)
 
     def _save_full(self, folder: pathlib.Path) -> None:
@@ -109,7 +107,5 @@ class FSDPModelState:
         if dist.get_rank() == 0:
             state[MODEL_KEY] = load_file(str(folder / FULL_MODEL_FILE))
             if self.optimizers:
-                state[OPTIMIZER_KEY] = torch.load(
-                    folder / FULL_OPTIMIZER_FILE, weights_only=True
-                )
+                state[OPTIMIZER_KEY] = torch.load(folder / FULL_OPTIMIZER_FILE, weights_only=True)
         self._apply(state, full=True)
