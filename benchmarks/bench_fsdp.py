@@ -15,6 +15,7 @@ Run: ``python benchmarks/bench_fsdp.py [--rounds 9] [--steps 10]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import tempfile
@@ -44,6 +45,7 @@ class Block(torch.nn.Module):
         self.down = torch.nn.Linear(4 * DIM, DIM)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
         q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
         attention = torch.softmax(q @ k.transpose(-1, -2) / DIM**0.5, dim=-1)
         x = x + self.proj(attention @ v)
@@ -60,6 +62,7 @@ class Model(torch.nn.Module):
         self.head = torch.nn.Linear(DIM, VOCAB)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits for every position."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
@@ -181,10 +184,10 @@ def worker(rounds: int, steps: int, folder: str) -> dict[str, Any]:
 
     for index in range(rounds):
         hand_dir, accel_dir = root / f"hand_{index}", root / f"accel_{index}"
-        timed("hand save", lambda: hand_save(hand_dir))
-        timed("accel save", lambda: accelerator.save_state(accel_dir))
-        timed("hand load", lambda: hand_load(hand_dir))
-        timed("accel load", lambda: accelerator.load_state(accel_dir))
+        timed("hand save", functools.partial(hand_save, hand_dir))
+        timed("accel save", functools.partial(accelerator.save_state, accel_dir))
+        timed("hand load", functools.partial(hand_load, hand_dir))
+        timed("accel load", functools.partial(accelerator.load_state, accel_dir))
         dist.barrier()
         if rank == 0:
             shutil.rmtree(hand_dir)
