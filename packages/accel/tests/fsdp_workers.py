@@ -234,3 +234,109 @@ def cuda_job(size: int, steps: int) -> dict[str, Any]:
     result = _strip(train(fresh(fsdp_plugin=plugin(2)), steps, size))
     result["reference"] = reference_losses(steps, size, 1e-2)
     return result
+
+
+CKPT_SIZE = 6  # global batch: divisible by 2 and 3 processes
+
+
+def _project(folder: str, **kwargs: Any) -> Accelerator:
+    from accel_ckpt import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=folder, automatic_checkpoint_naming=True)
+    return fresh(project_config=config, **kwargs)
+
+
+def save_then_die_job(folder: str) -> None:
+    """2 processes: train 2 steps, save a sharded checkpoint, train 2 more (written to files),
+    then start a second save in which rank 1 is killed with SIGKILL after writing its shards."""
+    import json
+    import os
+    import signal
+    from pathlib import Path
+
+    from accel.strategies import fsdp_checkpoint
+
+    accelerator = _project(folder, fsdp_plugin=plugin(2))
+    result = train(accelerator, 2, CKPT_SIZE)
+    model, optimizer = result["model"], result["optimizer"]
+    saved = accelerator.save_state()
+    full = accelerator.get_state_dict(model)
+    rank = accelerator.process_index
+    if rank == 0:
+        from safetensors.torch import save_file
+
+        save_file(
+            {k: v.contiguous() for k, v in full.items()}, str(Path(folder) / "live.safetensors")
+        )
+        accelerator.save_model(model, str(Path(folder) / "saved_model"), max_shard_size="8KB")
+    report = {
+        "checkpoint": str(saved),
+        "sharded_files": sorted(p.name for p in Path(saved, "fsdp_model_0").iterdir())
+        if rank == 0
+        else [],
+        "local": sum(_local(p).numel() for p in model.parameters()),
+    }
+    report["losses"] = _continue(accelerator, model, optimizer, first_step=2, steps=2)
+    Path(folder, f"run_rank{rank}.json").write_text(json.dumps(report))
+
+    original = fsdp_checkpoint.FSDPModelState.save
+
+    def save_and_die(self: Any, target: Any) -> None:
+        original(self, target)
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    fsdp_checkpoint.FSDPModelState.save = save_and_die  # type: ignore[method-assign]
+    accelerator.save_state()
+
+
+def _continue(
+    accelerator: Accelerator, model: Any, optimizer: Any, first_step: int, steps: int
+) -> list[float]:
+    rank, world = accelerator.process_index, accelerator.num_processes
+    share = CKPT_SIZE // world
+    losses = []
+    for step in range(first_step, first_step + steps):
+        tokens = global_batch(step, CKPT_SIZE)[rank * share : (rank + 1) * share]
+        loss = lm_loss(model, tokens)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(accelerator.reduce(loss.detach(), reduction="mean").item())
+    return losses
+
+
+def resume_job(folder: str) -> dict[str, Any]:
+    """3 processes: load the newest complete checkpoint of the 2-process run, train 2 steps;
+    then a FULL_STATE_DICT save and load round trip."""
+    accelerator = _project(folder, fsdp_plugin=plugin(2))
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state()
+    losses = _continue(accelerator, model, optimizer, first_step=2, steps=2)
+    local = sum(_local(p).numel() for p in model.parameters())
+    before = accelerator.get_state_dict(model)
+
+    full_dir = f"{folder}/full"
+    accelerator = _project(full_dir, fsdp_plugin=plugin(1, state_dict_type="FULL_STATE_DICT"))
+    first = train(accelerator, 1, CKPT_SIZE)
+    saved = accelerator.save_state()
+    expected = accelerator.get_state_dict(first["model"])
+    second = make_model()
+    second_optimizer = torch.optim.AdamW(second.parameters(), lr=1e-2)
+    second, second_optimizer = accelerator.prepare(second, second_optimizer)
+    accelerator.load_state(saved)
+    got = accelerator.get_state_dict(second)
+    from pathlib import Path
+
+    return {
+        "losses": losses,
+        "local": local,
+        "total": sum(p.numel() for p in make_model().parameters()),
+        "keys": sorted(before),
+        "full_files": sorted(p.name for p in Path(saved, "fsdp_model_0").iterdir()),
+        "full_round_trip": accelerator.is_main_process
+        and sorted(got) == sorted(expected)
+        and all(torch.equal(got[k], expected[k]) for k in expected),
+    }
