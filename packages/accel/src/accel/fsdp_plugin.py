@@ -175,6 +175,18 @@ def _choice(field: str, value: Any, choices: Sequence[str]) -> str:
     return name
 
 
+def _flag(field: str, value: Any) -> bool:
+    """A boolean setting; the strings ``true``/``false``/``1``/``0`` (environment values) too."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise AcceleratorConfigError(f"{field}={value!r}: use true or false.")
+    return bool(value)
+
+
 def _class_names(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -191,6 +203,8 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
     version = int(version)
     strategy = _choice("sharding_strategy", values["sharding_strategy"], SHARDING_STRATEGIES)
     reshard = values.get("reshard_after_forward")
+    if reshard is not None:
+        reshard = _flag("reshard_after_forward", reshard)
     if version == 2:
         if strategy in ("NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
             raise AcceleratorConfigError(
@@ -227,8 +241,8 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
             "use SHARDED_STATE_DICT (resharding checkpoints) or FULL_STATE_DICT."
         )
     offload = values["cpu_offload"]
-    offload = bool(getattr(offload, "offload_params", offload))
-    use_orig_params = bool(values["use_orig_params"])
+    offload = _flag("cpu_offload", getattr(offload, "offload_params", offload))
+    use_orig_params = _flag("use_orig_params", values["use_orig_params"])
     if version == 1 and not use_orig_params:
         raise AcceleratorConfigError(
             "fsdp_use_orig_params=false is not supported: accel rebinds optimizers built before "
@@ -248,10 +262,12 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
         cpu_offload=offload,
         state_dict_type=state_dict_type,
         use_orig_params=use_orig_params,
-        sync_module_states=bool(values["sync_module_states"]),
-        forward_prefetch=bool(values["forward_prefetch"]),
-        activation_checkpointing=bool(values["activation_checkpointing"]),
-        limit_all_gathers=bool(values["limit_all_gathers"]),
+        sync_module_states=_flag("sync_module_states", values["sync_module_states"]),
+        forward_prefetch=_flag("forward_prefetch", values["forward_prefetch"]),
+        activation_checkpointing=_flag(
+            "activation_checkpointing", values["activation_checkpointing"]
+        ),
+        limit_all_gathers=_flag("limit_all_gathers", values["limit_all_gathers"]),
         ignored_modules=values.get("ignored_modules"),
     )
 
