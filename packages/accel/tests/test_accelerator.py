@@ -214,7 +214,7 @@ def test_launcher_accumulation_steps_unless_explicit(monkeypatch):
 
 def test_launcher_fsdp_in_a_single_process_is_refused(monkeypatch):
     monkeypatch.setenv("ACCEL_USE_FSDP", "1")
-    with pytest.raises(AcceleratorConfigError, match="FSDP .*needs a process group"):
+    with pytest.raises(AcceleratorConfigError, match=r"FSDP .*needs a process group"):
         Accelerator(cpu=True)
 
 
