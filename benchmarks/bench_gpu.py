@@ -223,6 +223,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--worker", nargs=3, metavar=("TOOL", "WHAT", "STEPS"))
+    parser.add_argument(
+        "--part",
+        choices=["all", "steps", "checkpoint"],
+        default="all",
+        help="Only the training steps, or only save_state/load_state (each takes minutes).",
+    )
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
@@ -233,19 +239,29 @@ def main() -> None:
     tools = ["raw", "accel"] + (["accelerate"] if importlib.util.find_spec("accelerate") else [])
     names = {"raw": "raw PyTorch", "accel": "accel", "accelerate": "Accelerate"}
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.rounds} rounds\n")
+    if args.part in ("all", "steps"):
+        _steps_table(tools, names, args.rounds, args.steps)
+    if args.part in ("all", "checkpoint"):
+        _checkpoint_table(tools, names, args.rounds)
+
+
+def _steps_table(tools: list[str], names: dict[str, str], rounds: int, steps: int) -> None:
     header = " | ".join(f"{names[t]} ms" for t in tools)
     ratios = " | ".join(f"{names[t]} / raw" for t in tools[1:])
     print(f"| variant | {header} | {ratios} |")
     print("|" + " --- |" * (1 + 2 * len(tools) - 1))
     for variant in VARIANTS:
         times: dict[str, list[float]] = {tool: [] for tool in tools}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for tool in tools:  # alternating: raw, accel, Accelerate, raw, ...
-                times[tool].append(in_fresh_process(tool, variant, str(args.steps)))
+                times[tool].append(in_fresh_process(tool, variant, str(steps)))
         medians = {tool: statistics.median(values) for tool, values in times.items()}
         cells = " | ".join(f"{medians[t]:.1f}" for t in tools)
         quotients = " | ".join(f"{medians[t] / medians['raw']:.3f}" for t in tools[1:])
         print(f"| {variant} | {cells} | {quotients} |")
+
+
+def _checkpoint_table(tools: list[str], names: dict[str, str], rounds: int) -> None:
     print(
         "\n| checkpoint (model + AdamW from the GPU) | "
         + " | ".join(names[t] for t in tools)
@@ -253,7 +269,7 @@ def main() -> None:
     )
     print("|" + " --- |" * (1 + len(tools)))
     results: dict[str, list[dict[str, float]]] = {tool: [] for tool in tools}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for tool in tools:
             results[tool].append(in_fresh_process(tool, "checkpoint", "0"))
     cold = all(run["cold"] for runs in results.values() for run in runs)

@@ -27,6 +27,23 @@ from accel_ckpt._coordination import _checkpoint_group
 from accel_state import PartialState, reset_state
 
 
+class RankShards:
+    """A sharded state: each rank writes and reads back its own file (as FSDP's DCP does)."""
+
+    name = "shards"
+
+    def __init__(self, value: float) -> None:
+        self.value = torch.full((4,), value)
+
+    def save(self, folder: Path) -> None:
+        rank = dist.get_rank()
+        assert folder.is_dir() and folder.parent.name.startswith("."), folder  # still hidden
+        torch.save(self.value, folder / f"part_{rank}.pt")
+
+    def load(self, folder: Path) -> None:
+        self.value = torch.load(folder / f"part_{dist.get_rank()}.pt")
+
+
 class Exploding:
     def state_dict(self):
         raise RuntimeError("state_dict exploded on purpose")
@@ -101,6 +118,14 @@ def round_trips(root: str) -> dict:
     model = fresh_setup()["models"][0]
     load_checkpoint_in_model(model, base / "model", device_map={"": "cpu"}, strict=True)
     out["model_loaded"] = same(model.state_dict(), expected["models"][0])
+
+    # A sharded state: every rank writes its part into the checkpoint before it is published.
+    shards = RankShards(float(rank))
+    path = save_state(base / "sharded", models=setup["models"][:1], sharded_states=[shards])
+    out["sharded_contents"] = read_manifest(path).contents["sharded_states"]
+    restored = RankShards(-1.0)
+    load_state(path, models=fresh_setup()["models"][:1], sharded_states=[restored])
+    out["sharded_restored"] = restored.value.tolist()
 
     # A failure on rank 0 only: every rank raises and nothing is committed.
     try:

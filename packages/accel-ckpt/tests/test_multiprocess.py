@@ -30,6 +30,8 @@ def test_two_processes_save_and_load_everything(tmp_path):
             "random_states_1.safetensors",
         ]
         assert out["leftovers"] == []
+        assert out["sharded_contents"] == {"shards": ["shards/part_0.pt", "shards/part_1.pt"]}
+        assert out["sharded_restored"] == [float(rank)] * 4
         assert out["groups_alive_after_stop"] == [False, False]
     first, second = results
     assert (

@@ -15,10 +15,12 @@ from accel_ckpt import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     IncompleteCheckpointError,
+    InvalidArgumentError,
     ProjectConfiguration,
     UnsupportedValueError,
     file_jobs,
     load_state,
+    read_manifest,
     save_state,
 )
 
@@ -250,3 +252,52 @@ def test_async_errors_surface_on_wait_and_on_next_save(tmp_path, monkeypatch):
     target = fresh_setup()
     load_state(tmp_path / "ckpt", models=target["models"])  # the previous checkpoint is intact
     assert same(target["models"][1].state_dict(), setup["models"][1].state_dict())
+
+
+class _FileState:
+    """A sharded state writing one file; ``fail`` makes its save raise midway."""
+
+    def __init__(self, name: str, value: int, fail: bool = False) -> None:
+        self.name = name
+        self.value = value
+        self.fail = fail
+
+    def save(self, folder):
+        (folder / "part.json").write_text(json.dumps(self.value))
+        if self.fail:
+            raise OSError("disk full while writing shards")
+
+    def load(self, folder):
+        self.value = json.loads((folder / "part.json").read_text())
+
+
+def test_sharded_states_are_written_inside_the_atomic_folder(tmp_path):
+    setup = training_setup(seed=3)
+    path = save_state(
+        tmp_path / "ckpt", models=setup["models"], sharded_states=[_FileState("s", 5)]
+    )
+    contents = read_manifest(path).contents
+    assert contents["sharded_states"] == {"s": ["s/part.json"]}
+    assert "s/part.json" in read_manifest(path).files  # size and CRC verified on load
+    state = _FileState("s", 0)
+    load_state(path, models=fresh_setup()["models"], sharded_states=[state])
+    assert state.value == 5
+
+    # A failing sharded save leaves the previous checkpoint in place, untouched.
+    with pytest.raises(OSError, match="disk full"):
+        save_state(tmp_path / "ckpt", sharded_states=[_FileState("s", 9, fail=True)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    state = _FileState("s", 0)
+    load_state(path, models=fresh_setup()["models"], sharded_states=[state])
+    assert state.value == 5
+
+    with pytest.raises(CheckpointContentsError, match="no sharded state named 'other'"):
+        load_state(path, sharded_states=[_FileState("other", 0)])
+    with pytest.raises(InvalidArgumentError, match="used twice"):
+        save_state(tmp_path / "b", sharded_states=[_FileState("s", 1), _FileState("s", 2)])
+    with pytest.raises(InvalidArgumentError, match="plain folder name"):
+        save_state(tmp_path / "b", sharded_states=[_FileState("../up", 1)])
+    with pytest.raises(InvalidArgumentError, match=r"sharded_states\[0\] \(int\)"):
+        save_state(tmp_path / "b", sharded_states=[3])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match="one shared folder"):
+        save_state(tmp_path / "b", sharded_states=[_FileState("s", 1)], save_on_each_node=True)

@@ -52,7 +52,7 @@ def test_console_scripts_are_installed():
 
 def test_no_subcommand_prints_help(capsys):
     assert main([]) == 1
-    assert "{launch,config,test,env}" in capsys.readouterr().out
+    assert "{launch,config,test,env" in capsys.readouterr().out
 
 
 def test_config_default_writes_once(tmp_path, capsys):

@@ -109,6 +109,10 @@ def small_semantics() -> dict:
     out["extract_plain_is_raw"] = (
         extract_model_from_parallel(prepared, keep_torch_compile=False) is raw
     )
+    full = accelerator.get_state_dict(prepared)
+    out["state_dict_keys"] = sorted(full)
+    out["state_dict_equal"] = all(torch.equal(full[k], v) for k, v in raw.state_dict().items())
+    out["wrapped_keys"] = sorted(accelerator.get_state_dict(prepared, unwrap=False))
     with accelerator.split_between_processes("abcde") as share:
         out["string"] = share
     return out

@@ -158,6 +158,9 @@ def test_small_semantics_in_an_accelerate_style_script(world_size):
         expected_inside = "Linear" if world_size == 1 else "DistributedDataParallel"
         assert out["prepared_untouched"] == expected_inside
         assert out["plain_is_raw"] and out["extract_plain_is_raw"]
+        assert out["state_dict_keys"] == ["bias", "weight"] and out["state_dict_equal"]
+        prefix = "_orig_mod." + ("" if world_size == 1 else "module.")
+        assert out["wrapped_keys"] == [prefix + "bias", prefix + "weight"]
         assert out["string"] == "abcde"
 
 

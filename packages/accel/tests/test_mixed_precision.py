@@ -151,12 +151,21 @@ def test_fp16_step_synchronises_with_the_host_no_more_than_the_raw_scaler_loop()
     reference = reference.cuda()
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda")
-    x = torch.randn(3, 4, device="cuda")
-    accelerator.backward(model(x).sum())
-    scaler.scale(reference(x).sum()).backward()
 
     def raw_step() -> None:
         scaler.step(reference_optimizer)
         scaler.update()
 
-    assert count_syncs(optimizer.step) <= count_syncs(raw_step)
+    counts = []
+    # The first step of each is a warm-up: the first CUDA call of a process may synchronise once
+    # (lazy initialisation), whichever loop makes it.
+    for _ in range(2):
+        x = torch.randn(3, 4, device="cuda")
+        accelerator.backward(model(x).sum())
+        scaler.scale(reference(x).sum()).backward()
+        counts.append((count_syncs(optimizer.step), count_syncs(raw_step)))
+        optimizer.zero_grad()
+        reference_optimizer.zero_grad()
+    accel_syncs, raw_syncs = counts[-1]
+    assert raw_syncs >= 1  # the scaler reads its inf/nan flag: the count can see syncs
+    assert accel_syncs <= raw_syncs

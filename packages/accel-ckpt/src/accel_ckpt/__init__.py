@@ -31,6 +31,7 @@ from accel_ckpt.model_loading import IncompatibleKeys, load_checkpoint_in_model
 from accel_ckpt.project import ProjectConfiguration, latest_checkpoint
 from accel_ckpt.rng_state import capture_rng_states, restore_rng_states
 from accel_ckpt.serialization import load, save
+from accel_ckpt.sharded_state import ShardedState
 from accel_ckpt.sharding import (
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
@@ -65,6 +66,7 @@ __all__ = [
     "release_staging_memory",
     "Checkpointer",
     "ProjectConfiguration",
+    "ShardedState",
     "latest_checkpoint",
     "Manifest",
     "MANIFEST_NAME",

@@ -16,6 +16,7 @@ from accel_ckpt.async_save import AsyncSave, wait_for_pending_saves
 from accel_ckpt.errors import InvalidArgumentError
 from accel_ckpt.model_io import save_model
 from accel_ckpt.project import ProjectConfiguration
+from accel_ckpt.sharded_state import ShardedState
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
 from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
 
@@ -87,6 +88,7 @@ class Checkpointer:
         schedulers: Sequence[Any] = (),
         dataloaders: Sequence[Any] = (),
         scaler: Any = None,
+        sharded_states: Sequence[ShardedState] = (),
         blocking: bool = True,
         safe_serialization: bool | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -99,6 +101,7 @@ class Checkpointer:
             "dataloaders": dataloaders,
             "scaler": scaler,
             "custom_objects": self.custom_objects,
+            "sharded_states": sharded_states,
             "project_config": self.project_config,
             "safe_serialization": (
                 self.safe_serialization if safe_serialization is None else safe_serialization
@@ -121,6 +124,7 @@ class Checkpointer:
         schedulers: Sequence[Any] = (),
         dataloaders: Sequence[Any] = (),
         scaler: Any = None,
+        sharded_states: Sequence[ShardedState] = (),
         strict: bool = True,
         map_location: Any = None,
         allow_pickle: bool | None = None,
@@ -137,6 +141,7 @@ class Checkpointer:
             dataloaders=dataloaders,
             scaler=scaler,
             custom_objects=self.custom_objects,
+            sharded_states=sharded_states,
             project_config=self.project_config,
             strict=strict,
             map_location=map_location,

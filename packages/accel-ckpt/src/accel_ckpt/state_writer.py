@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from accel_ckpt.object_io import encode_state
 from accel_ckpt.project import ProjectConfiguration, apply_total_limit
 from accel_ckpt.rng_state import capture_rng_states
 from accel_ckpt.safetensors_io import cpu_contiguous
+from accel_ckpt.sharded_state import ShardedState
 from accel_ckpt.stateful import SaveHook, Stateful, Unwrap, numbered
 from accel_ckpt.xla import host_copies
 
@@ -58,6 +59,7 @@ class Items:
     dataloaders: list[Any]
     scaler: Any
     custom_objects: list[Any]
+    sharded_states: list[ShardedState] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,8 @@ class CheckpointWriter:
         if self.creator:
             self.final.parent.mkdir(parents=True, exist_ok=True)
             self.staging.mkdir()
+            for state in self.items.sharded_states:
+                (self.staging / state.name).mkdir()
 
     # ---------------------------------------------------------------- step 3: hooks and models
     def plan_rest(self, digests: list[list[str | None]]) -> None:
@@ -276,6 +280,17 @@ class CheckpointWriter:
                 job = FileJob(relpath, "models", index, pickled=host_copies(state_dict))
             self.jobs.append(job)
 
+    # ---------------------------------------------------------------- step 3b: sharded states
+    def write_sharded(self) -> None:
+        """Let every sharded state write its part into its subfolder (all processes).
+
+        The creator made the subfolders with the temporary folder; the files are listed in the
+        manifest at commit time (``contents["sharded_states"]``).
+        """
+        assert self.staging is not None
+        for state in self.items.sharded_states:
+            state.save(self.staging / state.name)
+
     # ---------------------------------------------------------------- step 4: write (any thread)
     def write(self) -> list[FileReport]:
         """Write and fsync this process's files; report them."""
@@ -310,6 +325,7 @@ class CheckpointWriter:
             "custom_objects": [],
             "random_states": {},
             "extra_files": [],
+            "sharded_states": {state.name: [] for state in self.items.sharded_states},
         }
         for report in sorted((r for per_rank in reports for r in per_rank), key=_order):
             if not self._writes_here(report):
@@ -321,10 +337,14 @@ class CheckpointWriter:
             if path.is_dir():
                 fsync_dir(path)
             elif relpath not in files and relpath != MANIFEST_NAME:
-                fsync_file(path)  # written by a hook
+                fsync_file(path)  # written by a hook or a sharded state
                 size, crc = crc32_of_file(os.fspath(path))
                 files[relpath] = FileRecord(size, crc)
-                contents["extra_files"].append(relpath)
+                owner = relpath.split("/", 1)[0]
+                if "/" in relpath and owner in contents["sharded_states"]:
+                    contents["sharded_states"][owner].append(relpath)
+                else:
+                    contents["extra_files"].append(relpath)
         fsync_dir(self.staging)
         manifest = Manifest(
             files=files,

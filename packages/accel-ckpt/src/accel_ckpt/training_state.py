@@ -50,6 +50,7 @@ from accel_ckpt.manifest import Manifest, read_manifest, verify_sizes
 from accel_ckpt.model_io import unwrap_model
 from accel_ckpt.project import ProjectConfiguration, checkpoint_number
 from accel_ckpt.rng_state import restore_rng_states
+from accel_ckpt.sharded_state import ShardedState, check_sharded_states
 from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
@@ -116,6 +117,7 @@ def save_state(
     dataloaders: Sequence[Any] = ...,
     scaler: Any = ...,
     custom_objects: Sequence[Any] = ...,
+    sharded_states: Sequence[ShardedState] = ...,
     project_config: ProjectConfiguration | None = ...,
     safe_serialization: bool = ...,
     save_on_each_node: bool | None = ...,
@@ -137,6 +139,7 @@ def save_state(
     dataloaders: Sequence[Any] = ...,
     scaler: Any = ...,
     custom_objects: Sequence[Any] = ...,
+    sharded_states: Sequence[ShardedState] = ...,
     project_config: ProjectConfiguration | None = ...,
     safe_serialization: bool = ...,
     save_on_each_node: bool | None = ...,
@@ -157,6 +160,7 @@ def save_state(
     dataloaders: Sequence[Any] = (),
     scaler: Any = None,
     custom_objects: Sequence[Any] = (),
+    sharded_states: Sequence[ShardedState] = (),
     project_config: ProjectConfiguration | None = None,
     safe_serialization: bool = True,
     save_on_each_node: bool | None = None,
@@ -184,6 +188,10 @@ def save_state(
             process agrees, else one file per process.
         scaler: A ``GradScaler``-like object.
         custom_objects: Objects with ``state_dict()``/``load_state_dict()``.
+        sharded_states: :class:`ShardedState` objects (a sharded model's weights and optimizer,
+            say) that every process writes its part of, each into its own subfolder; written
+            before this call returns even with ``blocking=False``. Their models and optimizers
+            must not be passed again in ``models``/``optimizers``.
         project_config: Naming, ``total_limit`` and ``iteration`` (incremented after each save).
         safe_serialization: Model weights as safetensors (else ``pytorch_model.bin``).
         save_on_each_node: Each machine's local main writes its own copy (default from
@@ -225,6 +233,7 @@ def save_state(
         list(dataloaders),
         scaler,
         list(custom_objects),
+        check_sharded_states(sharded_states),
     )
     coordinator = Coordinator.current()
     targets = coordinator.step(
@@ -232,6 +241,11 @@ def save_state(
         lambda: (os.path.abspath(final), coordinator.node_rank),
     )
     members = folder_members(targets, coordinator.rank, per_node)
+    if items.sharded_states and (per_node or len({path for path, _ in targets}) > 1):
+        raise InvalidArgumentError(
+            "sharded_states need every process to save into one shared folder: pass the same "
+            "output_dir on every process and save_on_each_node=False."
+        )
     if coordinator.rank == 0 and len({path for path, _ in targets}) > 1:
         logger.info(
             "Processes save to %d different folders; each folder gets a complete checkpoint for "
@@ -259,6 +273,8 @@ def save_state(
         coordinator.step(
             f"Collecting state for {final}", lambda: saver.plan_rest([p[1] for p in prepared])
         )
+        if items.sharded_states:
+            coordinator.step(f"Writing sharded state of {final}", saver.write_sharded)
         if not blocking:
             coordinator.step(f"Copying state of {final}", lambda: ARENA.snapshot(saver.jobs))
     except BaseException:
@@ -283,6 +299,7 @@ def load_state(
     dataloaders: Sequence[Any] = (),
     scaler: Any = None,
     custom_objects: Sequence[Any] = (),
+    sharded_states: Sequence[ShardedState] = (),
     project_config: ProjectConfiguration | None = None,
     strict: bool = True,
     map_location: Any = None,
@@ -312,6 +329,8 @@ def load_state(
         dataloaders: Dataloaders (those without ``load_state_dict`` are skipped).
         scaler: Gradient scaler.
         custom_objects: Objects with ``load_state_dict()``.
+        sharded_states: The :class:`ShardedState` objects given to ``save_state``, matched by
+            name; each reads its subfolder (on every process).
         project_config: For automatic naming.
         strict: Model keys must match exactly.
         map_location: Device for tensors of custom objects (default: CPU).
@@ -337,7 +356,14 @@ def load_state(
     wait_for_pending_saves()
     folder = resolve_input_dir(input_dir, project_config)
     model_list = list(models)
+    sharded = check_sharded_states(sharded_states)
     if is_accelerate_checkpoint(folder):
+        if sharded:
+            raise CheckpointContentsError(
+                f"{folder} is an Accelerate checkpoint; its sharded model files cannot be read "
+                "into accel's sharded states. Load it without FSDP/DeepSpeed, or save it again "
+                "with accel."
+            )
         if not allow_pickle:
             refuse_pickles(folder)
         for hook in load_hooks:
@@ -362,8 +388,17 @@ def load_state(
     manifest = read_manifest(folder)
     verify_sizes(folder, manifest)
     loader = CheckpointReader(folder, manifest, map_location, allow_pickle, safe_globals)
+    saved_sharded = manifest.contents.get("sharded_states", {})
+    for state in sharded:
+        if state.name not in saved_sharded:
+            raise CheckpointContentsError(
+                f"{folder} holds no sharded state named {state.name!r} (it holds "
+                f"{sorted(saved_sharded) or 'none'}); was it saved with the same strategy?"
+            )
     for hook in load_hooks:
         hook(model_list, str(folder))
+    for state in sharded:
+        state.load(folder / state.name)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accel-load") as pool:
         # Optimizer files (the largest) are read in the background while the models load.
         pending = [

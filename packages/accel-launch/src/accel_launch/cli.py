@@ -1,4 +1,4 @@
-"""Console entry points: ``accel {launch,config,test,env}`` and ``accel-launch`` (= ``accel launch``).
+"""Console entry points: ``accel {launch,config,test,env,...}`` and ``accel-launch`` (= ``accel launch``).
 
 Only argparse and torch-free modules are imported here; each command imports what it needs when it
 runs, so ``accel --help`` and ``accel config default`` start in a fraction of a second.
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from accel_launch.__about__ import __version__
 from accel_launch.errors import AccelLaunchError, ConfigError, JobFailedError, LaunchArgumentError
 from accel_launch.launch_args import DESCRIPTION, add_launch_arguments, build_launch_parser
+from accel_launch.plugin_commands import add_plugin_commands
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -24,7 +25,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``accel`` parser with its four subcommands."""
+    """The ``accel`` parser: four built-in subcommands and those installed packages provide."""
     from accel_launch.commands import config as config_cmd
     from accel_launch.commands import env as env_cmd
     from accel_launch.commands import test as test_cmd
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"accel-launch {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{launch,config,test,env}")
+    commands = parser.add_subparsers(dest="command")
     launch = commands.add_parser(
         "launch",
         help="Run a script on one or many processes.",
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     config_cmd.add_parser(commands)
     test_cmd.add_parser(commands)
     env_cmd.add_parser(commands)
+    builtin = ["launch", "config", "test", "env"]
+    extra = add_plugin_commands(commands, reserved=set(builtin))
+    commands.metavar = "{" + ",".join(builtin + extra) + "}"
     return parser
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
@@ -35,6 +36,7 @@ class CheckpointingMixin:
     """
 
     checkpointer: Checkpointer
+    strategy: ModelStrategy
     project_configuration: ProjectConfiguration
     step: int
     scaler: Any
@@ -83,14 +85,32 @@ class CheckpointingMixin:
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
-        """Write the unwrapped model's weights (main process only), sharded above ``max_shard_size``."""
+        """Write the model's full weights (main process), sharded above ``max_shard_size``.
+
+        Call it on every process: a sharded model (FSDP, DeepSpeed ZeRO-3) is gathered first.
+        """
         save_model_weights(
             self._plain_model(model),
             save_directory,
             max_shard_size=max_shard_size,
             safe_serialization=safe_serialization,
+            state_dict=self.strategy.full_state_dict(model),
             is_main_process=self.is_main_process,
         )
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The model's complete state dict, gathered when the model is sharded.
+
+        Call it on every process (gathering is a collective).
+
+        Args:
+            model: A prepared model.
+            unwrap: Keys of the user's module (default); False gives the state dict of the
+                outermost wrapper as it is, keys such as ``module.`` prefixes included.
+        """
+        if not unwrap:
+            return model.state_dict()
+        return self.strategy.full_state_dict(model)
 
     def save(self, obj: Any, f: PathLike, safe_serialization: bool = False) -> None:
         """Write ``obj`` to ``f`` once (main process, or each machine's with ``save_on_each_node``)."""
@@ -123,10 +143,12 @@ class CheckpointingMixin:
             The checkpoint folder (a ``pathlib.Path``, as Accelerate returns), or the background
             save's handle.
         """
+        models, optimizers, sharded = self.strategy.checkpoint_split(self._models, self._optimizers)
         result = self.checkpointer.save_state(
             output_dir,
-            models=self._models,
-            optimizers=self._optimizers,
+            models=models,
+            optimizers=optimizers,
+            sharded_states=sharded,
             schedulers=self._schedulers,
             dataloaders=self._dataloaders,
             scaler=self.scaler,
@@ -150,10 +172,12 @@ class CheckpointingMixin:
             allow_pickle: Trust pickled files (``.bin``/``.pkl``, which can run code when loaded):
                 those of an Accelerate checkpoint, or states saved with pickle. Default: refuse.
         """
+        models, optimizers, sharded = self.strategy.checkpoint_split(self._models, self._optimizers)
         loaded = self.checkpointer.load_state(
             input_dir,
-            models=self._models,
-            optimizers=self._optimizers,
+            models=models,
+            optimizers=optimizers,
+            sharded_states=sharded,
             schedulers=self._schedulers,
             dataloaders=self._dataloaders,
             scaler=self.scaler,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from accel_ckpt import ShardedState
 from accel_state import PartialState
 
 
@@ -55,3 +57,27 @@ class ModelStrategy:
     ) -> torch.Tensor:
         """Clip ``parameters``' gradients to ``max_norm``; returns the total norm before clipping."""
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The complete, unsharded weights of a prepared model (call on every process).
+
+        What ``Accelerator.get_state_dict`` and ``save_model`` write. Sharding strategies gather
+        here (a collective); the default takes the state dict of the unwrapped module.
+
+        Args:
+            model: The model as ``prepare`` returned it, or the module inside it.
+        """
+        from accel.modeling import unwrap_model
+
+        plain = unwrap_model(model, unwrappers=[self.unwrap], keep_torch_compile=False)
+        return plain.state_dict()
+
+    def checkpoint_split(
+        self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
+    ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
+        """Split prepared models and optimizers into plain ones and sharded checkpoint states.
+
+        ``save_state``/``load_state`` store the plain ones as whole files (main process) and let
+        each :class:`~accel_ckpt.ShardedState` write every process's part. The default: all plain.
+        """
+        return list(models), list(optimizers), []

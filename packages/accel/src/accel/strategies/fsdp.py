@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from accel.errors import AcceleratorConfigError
 from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin, mixed_precision_dtypes
 from accel.placement import ParameterMoves, switch_parameters
 from accel.strategies.base import ModelStrategy
+from accel_ckpt import ShardedState
 from accel_state import PartialState
 
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -251,13 +252,13 @@ class FSDPStrategy(ModelStrategy):
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_split(
-        self, models: list[torch.nn.Module], optimizers: list[Any]
-    ) -> tuple[list[torch.nn.Module], list[Any], list[Any]]:
+        self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
+    ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
         """FSDP models and their optimizers go into sharded states; the rest stays plain."""
         from accel.strategies.fsdp_checkpoint import FSDPModelState
 
         plain_models: list[torch.nn.Module] = []
-        states: list[Any] = []
+        states: list[ShardedState] = []
         claimed: set[int] = set()
         for model in models:
             if not self._is_sharded(model):
