@@ -268,7 +268,7 @@ def save_then_die_job(folder: str) -> None:
         save_file(
             {k: v.contiguous() for k, v in full.items()}, str(Path(folder) / "live.safetensors")
         )
-        accelerator.save_model(model, str(Path(folder) / "saved_model"), max_shard_size="8KB")
+    accelerator.save_model(model, str(Path(folder) / "saved_model"), max_shard_size="8KB")
     report = {
         "checkpoint": str(saved),
         "sharded_files": sorted(p.name for p in Path(saved, "fsdp_model_0").iterdir())
@@ -323,7 +323,9 @@ def resume_job(folder: str) -> dict[str, Any]:
     first = train(accelerator, 1, CKPT_SIZE)
     saved = accelerator.save_state()
     expected = accelerator.get_state_dict(first["model"])
-    second = make_model()
+    accelerator = _project(full_dir, fsdp_plugin=plugin(1, state_dict_type="FULL_STATE_DICT"))
+    torch.manual_seed(1)
+    second = TinyLM()  # other initial weights: the load must overwrite them
     second_optimizer = torch.optim.AdamW(second.parameters(), lr=1e-2)
     second, second_optimizer = accelerator.prepare(second, second_optimizer)
     accelerator.load_state(saved)

@@ -19,7 +19,7 @@ from accel_state.testing import WorkerFailedError, spawn_workers
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("fsdp_ckpt")
-    with pytest.raises(WorkerFailedError):
+    with pytest.raises(WorkerFailedError, match=r"Rank 1 of 2 failed first:\n.*code -9"):
         spawn_workers(fsdp_workers.save_then_die_job, 2, args=(str(folder),), timeout=300)
     two = [json.loads((folder / f"run_rank{rank}.json").read_text()) for rank in (0, 1)]
     three = spawn_workers(fsdp_workers.resume_job, 3, args=(str(folder),), timeout=300)

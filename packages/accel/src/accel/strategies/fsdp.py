@@ -292,7 +292,9 @@ class FSDPStrategy(ModelStrategy):
             return super().full_state_dict(model)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        from accel.strategies.fsdp_checkpoint import off_cpu
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=off_cpu(model))
         state = get_model_state_dict(model, options=options)
         return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 

@@ -21,6 +21,15 @@ FULL_MODEL_FILE = "model.safetensors"
 FULL_OPTIMIZER_FILE = "optimizer.pt"
 
 
+def off_cpu(model: torch.nn.Module) -> bool:
+    """Whether the model's parameters live on an accelerator (then full states are offloaded).
+
+    On the CPU they stay where they are: FSDP1's rank-0 CPU offload of tensors that are on the
+    CPU already crashes (segmentation fault, torch 2.13 on gloo).
+    """
+    return any(parameter.device.type != "cpu" for parameter in model.parameters())
+
+
 @dataclasses.dataclass
 class FSDPModelState:
     """``accel_ckpt.ShardedState`` for one FSDP model (FSDP1 or FSDP2) and its optimizers.
@@ -44,7 +53,8 @@ class FSDPModelState:
             get_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=full, cpu_offload=full)
+        offload = full and off_cpu(self.model)
+        options = StateDictOptions(full_state_dict=full, cpu_offload=offload)
         if not self.optimizers:
             return {MODEL_KEY: get_model_state_dict(self.model, options=options)}
         model_state, optimizer_state = get_state_dict(self.model, self.optimizers, options=options)
