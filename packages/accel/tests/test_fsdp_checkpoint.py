@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import fsdp_workers
@@ -58,13 +60,17 @@ def test_a_kill_during_the_second_save_leaves_the_first_checkpoint_the_newest(ru
 def test_merge_weights_equals_get_state_dict_of_the_live_model(runs, tmp_path):
     folder = runs["folder"]
     checkpoint = runs["two"][0]["checkpoint"]
-    args = argparse.Namespace(
-        checkpoint_dir=checkpoint,
-        output_dir=str(tmp_path / "merged"),
-        max_shard_size="10GB",
-        unsafe_serialization=False,
-    )
-    assert merge_weights_command(args) == 0
+    # Through the accel CLI, which finds merge-weights in accel-ckpt's entry points.
+    command = [
+        sys.executable,
+        "-m",
+        "accel_launch.cli",
+        "merge-weights",
+        checkpoint,
+        str(tmp_path / "merged"),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
     merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
     live = load_file(str(folder / "live.safetensors"))
     assert sorted(merged) == sorted(live) == runs["three"][0]["keys"]

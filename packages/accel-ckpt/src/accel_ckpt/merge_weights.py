@@ -22,6 +22,7 @@ PathLike = str | os.PathLike[str]
 DCP_METADATA = ".metadata"
 MODEL_PREFIX = "model."
 FULL_MODEL_FILE = "model.safetensors"
+FULL_STATE_PREFIX = "fsdp_model_"
 
 
 def sharded_model_folders(checkpoint_dir: PathLike) -> dict[str, Path]:
@@ -39,14 +40,9 @@ def sharded_model_folders(checkpoint_dir: PathLike) -> dict[str, Path]:
             f"checkpoint_dir={os.fspath(checkpoint_dir)!r} is not a folder; pass the folder "
             "that save_state wrote (or one of its fsdp_model_<i> subfolders)."
         )
-    if (folder / DCP_METADATA).is_file() or (folder / FULL_MODEL_FILE).is_file():
+    if _is_model_state(folder):
         return {folder.name: folder}
-    found = {
-        child.name: child
-        for child in sorted(folder.iterdir())
-        if child.is_dir()
-        and ((child / DCP_METADATA).is_file() or (child / FULL_MODEL_FILE).is_file())
-    }
+    found = {child.name: child for child in sorted(folder.iterdir()) if _is_model_state(child)}
     if not found:
         raise CheckpointNotFoundError(
             f"checkpoint_dir={os.fspath(checkpoint_dir)!r} holds no sharded model state (no "
@@ -54,6 +50,15 @@ def sharded_model_folders(checkpoint_dir: PathLike) -> dict[str, Path]:
             "FSDP's SHARDED_STATE_DICT or FULL_STATE_DICT."
         )
     return found
+
+
+def _is_model_state(folder: Path) -> bool:
+    """A ``torch.distributed.checkpoint`` folder, or a full FSDP state (``fsdp_model_<i>``)."""
+    if not folder.is_dir():
+        return False
+    if (folder / DCP_METADATA).is_file():
+        return True
+    return folder.name.startswith(FULL_STATE_PREFIX) and (folder / FULL_MODEL_FILE).is_file()
 
 
 def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
