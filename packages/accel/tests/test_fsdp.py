@@ -10,12 +10,16 @@ import pytest
 from accel import Accelerator, AcceleratorConfigError, FullyShardedDataParallelPlugin
 from accel_state.testing import spawn_workers
 
+# Hang guards only: on a loaded 2-core machine these multi-process jobs may take minutes.
+pytestmark = pytest.mark.timeout(900)
+
+
 SIZE, STEPS = 8, 3
 
 
 @pytest.fixture(scope="module")
 def parity() -> list[dict]:
-    return spawn_workers(fsdp_workers.parity_job, 2, args=(SIZE, STEPS), timeout=300)
+    return spawn_workers(fsdp_workers.parity_job, 2, args=(SIZE, STEPS), timeout=600)
 
 
 def close(got: list[float], want: list[float], tolerance: float = 1e-5) -> bool:
@@ -119,7 +123,7 @@ def test_fsdp_in_a_single_process_is_refused():
 @pytest.mark.cuda
 def test_world_size_one_fsdp_on_cuda():
     results = spawn_workers(
-        fsdp_workers.cuda_job, 1, args=(SIZE, STEPS), timeout=300, use_cpu=False
+        fsdp_workers.cuda_job, 1, args=(SIZE, STEPS), timeout=600, use_cpu=False
     )
     assert results[0]["type"] == "FSDP"
     assert close(results[0]["losses"], results[0]["reference"], tolerance=1e-3)

@@ -17,14 +17,17 @@ from accel_ckpt import load_checkpoint_in_model
 from accel_ckpt.cli import merge_weights_command
 from accel_state.testing import WorkerFailedError, spawn_workers
 
+# Hang guards only: on a loaded 2-core machine these multi-process jobs may take minutes.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("fsdp_ckpt")
     with pytest.raises(WorkerFailedError, match=r"Rank 1 of 2 failed first:\n.*code -9"):
-        spawn_workers(fsdp_workers.save_then_die_job, 2, args=(str(folder),), timeout=300)
+        spawn_workers(fsdp_workers.save_then_die_job, 2, args=(str(folder),), timeout=600)
     two = [json.loads((folder / f"run_rank{rank}.json").read_text()) for rank in (0, 1)]
-    three = spawn_workers(fsdp_workers.resume_job, 3, args=(str(folder),), timeout=300)
+    three = spawn_workers(fsdp_workers.resume_job, 3, args=(str(folder),), timeout=600)
     return {"folder": folder, "two": two, "three": three}
 
 
