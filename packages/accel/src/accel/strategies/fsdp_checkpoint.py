@@ -3,7 +3,8 @@
 ``SHARDED_STATE_DICT``: every rank writes its own shards with ``torch.distributed.checkpoint``
 (``model.*`` and ``optimizer.*`` entries); loading reshards onto any number of processes.
 ``FULL_STATE_DICT``: rank 0 writes the gathered weights (``model.safetensors``) and optimizer
-state (``optimizer.pt``, tensors only, read with ``weights_only=True``); loading broadcasts them.
+state (``optimizer.pt``, tensors only, read with ``weights_only=True``); on load every rank reads
+them from the shared checkpoint folder and keeps its own shards.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class FSDPModelState:
             set_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=full, broadcast_from_rank0=full)
+        options = StateDictOptions(full_state_dict=full)
         if not self.optimizers:
             set_model_state_dict(self.model, state[MODEL_KEY], options=options)
             return
@@ -111,11 +112,10 @@ class FSDPModelState:
         dist.barrier()
 
     def _load_full(self, folder: pathlib.Path) -> None:
+        """Every rank reads the gathered files (shared filesystem) and keeps its own shards."""
         from safetensors.torch import load_file
 
-        state: dict[str, Any] = {MODEL_KEY: {}, OPTIMIZER_KEY: {}}
-        if dist.get_rank() == 0:
-            state[MODEL_KEY] = load_file(str(folder / FULL_MODEL_FILE))
-            if self.optimizers:
-                state[OPTIMIZER_KEY] = torch.load(folder / FULL_OPTIMIZER_FILE, weights_only=True)
+        state: dict[str, Any] = {MODEL_KEY: load_file(str(folder / FULL_MODEL_FILE))}
+        if self.optimizers:
+            state[OPTIMIZER_KEY] = torch.load(folder / FULL_OPTIMIZER_FILE, weights_only=True)
         self._apply(state, full=True)
