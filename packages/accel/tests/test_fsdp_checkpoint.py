@@ -39,8 +39,10 @@ def test_resumed_on_three_processes_the_losses_equal_the_uninterrupted_two_proce
     )
     for rank in runs["three"]:
         assert rank["losses"] == pytest.approx(uninterrupted, rel=1e-5, abs=1e-5)
-        # Each of 3 ranks holds about a third of the weights.
-        assert abs(rank["local"] - rank["total"] / 3) <= 0.03 * rank["total"]
+        # Each of 3 ranks holds about a third of the weights (dim-0 chunks of small tensors are
+        # uneven: 16 rows split 6, 6, 4), and together exactly all of them.
+        assert abs(rank["local"] - rank["total"] / 3) <= 0.15 * rank["total"] / 3
+    assert sum(rank["local"] for rank in runs["three"]) == runs["three"][0]["total"]
 
 
 def test_each_rank_wrote_its_own_shards_into_the_checkpoint(runs):
