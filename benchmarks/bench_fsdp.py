@@ -182,6 +182,7 @@ def worker(rounds: int, steps: int, folder: str) -> dict[str, Any]:
             optim_state_dict=state["optimizer"],
         )
 
+    sharded = False
     for index in range(rounds):
         hand_dir, accel_dir = root / f"hand_{index}", root / f"accel_{index}"
         timed("hand save", functools.partial(hand_save, hand_dir))
@@ -189,10 +190,11 @@ def worker(rounds: int, steps: int, folder: str) -> dict[str, Any]:
         timed("hand load", functools.partial(hand_load, hand_dir))
         timed("accel load", functools.partial(accelerator.load_state, accel_dir))
         dist.barrier()
+        sharded = (accel_dir / "fsdp_model_0" / ".metadata").exists()
+        dist.barrier()
         if rank == 0:
             shutil.rmtree(hand_dir)
             shutil.rmtree(accel_dir)
-    sharded = (accel_dir / "fsdp_model_0").exists() if rank == 0 else True
     return {"steps": step_times, "io": io_times, "bytes": nbytes, "sharded": sharded}
 
 
