@@ -76,3 +76,27 @@ def test_contract_module_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_accelerate_fsdp_variables_are_read_when_accel_sends_none():
+    contract = LaunchContract.from_env(
+        {
+            "ACCELERATE_USE_FSDP": "true",
+            "FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP",
+            "FSDP_TRANSFORMER_CLS_TO_WRAP": "BertLayer",
+            "FSDP_OFFLOAD_PARAMS": "false",
+            "FSDP_MIN_NUM_PARAMS": "1000",
+        }
+    )
+    assert contract.use_fsdp
+    assert contract.fsdp_config == {
+        "fsdp_sharding_strategy": "SHARD_GRAD_OP",
+        "fsdp_transformer_layer_cls_to_wrap": "BertLayer",
+        "fsdp_offload_params": False,
+        "fsdp_min_num_params": 1000,
+    }
+    # accel's own JSON wins over Accelerate's variables.
+    mine = LaunchContract.from_env(
+        {names.USE_FSDP: "1", names.FSDP_CONFIG: '{"fsdp_version": 1}', "FSDP_VERSION": "2"}
+    )
+    assert mine.fsdp_config == {"fsdp_version": 1}

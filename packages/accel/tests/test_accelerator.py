@@ -16,7 +16,6 @@ from accel import (
     DistributedType,
     GradientAccumulationPlugin,
     InitProcessGroupKwargs,
-    UnsupportedFeatureError,
 )
 
 
@@ -213,11 +212,9 @@ def test_launcher_accumulation_steps_unless_explicit(monkeypatch):
     assert Accelerator(cpu=True, gradient_accumulation_steps=5).gradient_accumulation_steps == 5
 
 
-def test_launcher_fsdp_without_a_strategy_is_refused(monkeypatch):
+def test_launcher_fsdp_in_a_single_process_is_refused(monkeypatch):
     monkeypatch.setenv("ACCEL_USE_FSDP", "1")
-    with pytest.raises(
-        UnsupportedFeatureError, match="distributed_type=FSDP has no model strategy"
-    ):
+    with pytest.raises(AcceleratorConfigError, match=r"FSDP .*needs a process group"):
         Accelerator(cpu=True)
 
 

@@ -20,8 +20,10 @@ Variable                               Meaning
 ``ACCEL_USE_DEEPSPEED``                wrap models with DeepSpeed (Accelerate's
                                        ``ACCELERATE_USE_DEEPSPEED`` is read too)
 ``ACCEL_DEEPSPEED_CONFIG``             JSON object: the launcher's DeepSpeed settings
-``ACCEL_USE_FSDP``                     wrap models with FSDP
-``ACCEL_FSDP_CONFIG``                  JSON object: the launcher's ``fsdp_*`` settings
+``ACCEL_USE_FSDP``                     wrap models with FSDP (``ACCELERATE_USE_FSDP`` too)
+``ACCEL_FSDP_CONFIG``                  JSON object: the launcher's ``fsdp_*`` settings (without
+                                       it, Accelerate's ``FSDP_*`` variables, e.g.
+                                       ``FSDP_SHARDING_STRATEGY``, are read)
 ``ACCEL_BACKEND``                      communication backend to use (``gloo``, ``nccl``, ``mpi``...)
 ``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before the job fails
 ``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
@@ -54,6 +56,7 @@ USE_DEEPSPEED = "ACCEL_USE_DEEPSPEED"
 ACCELERATE_USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
 DEEPSPEED_CONFIG = "ACCEL_DEEPSPEED_CONFIG"
 USE_FSDP = "ACCEL_USE_FSDP"
+ACCELERATE_USE_FSDP = "ACCELERATE_USE_FSDP"
 FSDP_CONFIG = "ACCEL_FSDP_CONFIG"
 BACKEND = "ACCEL_BACKEND"
 PROCESS_GROUP_TIMEOUT = "ACCEL_PROCESS_GROUP_TIMEOUT"
@@ -91,6 +94,24 @@ def _read_json_object(environ: Mapping[str, str], name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise EnvironmentConfigError(f"{name} must hold a JSON object, got {raw!r}.")
     return value
+
+
+def _accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Accelerate's launcher variables (``FSDP_SHARDING_STRATEGY=FULL_SHARD``...) as ``fsdp_*`` keys."""
+    config: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith("FSDP_") or raw.strip() == "":
+            continue
+        key = "fsdp_" + name.removeprefix("FSDP_").lower()
+        if key == "fsdp_transformer_cls_to_wrap":
+            key = "fsdp_transformer_layer_cls_to_wrap"
+        value: Any = raw.strip()
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        elif value.isdigit():
+            value = int(value)
+        config[key] = value
+    return config
 
 
 def _read_positive_float(environ: Mapping[str, str], name: str) -> float | None:
@@ -156,7 +177,7 @@ class LaunchContract:
         dynamic_raw = env.get(DYNAMO_USE_DYNAMIC)
         backend = read_choice(env, BACKEND, BACKENDS, "") or None
         use_deepspeed = read_bool(env, USE_DEEPSPEED) or read_bool(env, ACCELERATE_USE_DEEPSPEED)
-        use_fsdp = read_bool(env, USE_FSDP)
+        use_fsdp = read_bool(env, USE_FSDP) or read_bool(env, ACCELERATE_USE_FSDP)
         if use_deepspeed and use_fsdp:
             raise EnvironmentConfigError(
                 f"{USE_DEEPSPEED} and {USE_FSDP} are both true; a job uses one sharding strategy."
@@ -179,7 +200,7 @@ class LaunchContract:
             use_deepspeed=use_deepspeed,
             deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG),
             use_fsdp=use_fsdp,
-            fsdp_config=_read_json_object(env, FSDP_CONFIG),
+            fsdp_config=_read_json_object(env, FSDP_CONFIG) or _accelerate_fsdp_config(env),
             backend=backend,
             process_group_timeout=_read_positive_float(env, PROCESS_GROUP_TIMEOUT),
             downcast_bf16=read_bool(env, DOWNCAST_BF16),

@@ -36,6 +36,7 @@ _EXPORTS = {
     "is_rich_available": "accel.utils.imports",
     "GradientAccumulationPlugin": "accel.plugins",
     "DeepSpeedPlugin": "accel.utils.deepspeed",
+    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "AccelError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from accel.errors import AccelError as AccelError
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
+    from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs

@@ -414,6 +414,7 @@ class Accelerator(CheckpointingMixin):
         # On XLA, moving a model made new parameters; an optimizer built before prepare must
         # step those, not the host tensors it was given.
         switch_parameters(optimizer, self._parameter_moves)
+        self.strategy.prepare_optimizer(optimizer)
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
@@ -551,11 +552,11 @@ class Accelerator(CheckpointingMixin):
         still-scaled gradient, and returned unscaled).
         """
         tensors = _parameter_list(parameters)
-        engine_norm = self.strategy.clip_grad_norm_(max_norm)
+        engine_norm = self.strategy.engine_clip_grad_norm_(max_norm)
         if engine_norm is not None:
             return engine_norm
         scale = self._gradient_scale()
-        norm = torch.nn.utils.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
+        norm = self.strategy.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
         return norm if scale == 1.0 else norm / scale
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from accel.errors import UnsupportedFeatureError
 from accel.strategies.base import ModelStrategy
 from accel.strategies.ddp import DDPStrategy
+from accel.strategies.fsdp import FSDPStrategy
 from accel.strategies.xla import XLAStrategy
 from accel_state import DistributedType, PartialState
 
@@ -31,6 +32,7 @@ _STRATEGIES: dict[DistributedType, StrategyFactory] = {
     DistributedType.MULTI_XPU: DDPStrategy,
     DistributedType.XLA: XLAStrategy,
     DistributedType.DEEPSPEED: _deepspeed,
+    DistributedType.FSDP: FSDPStrategy,
 }
 
 
@@ -56,4 +58,11 @@ def make_strategy(
     return factory(state, **settings)
 
 
-__all__ = ["DDPStrategy", "ModelStrategy", "XLAStrategy", "make_strategy", "register_strategy"]
+__all__ = [
+    "DDPStrategy",
+    "FSDPStrategy",
+    "ModelStrategy",
+    "XLAStrategy",
+    "make_strategy",
+    "register_strategy",
+]

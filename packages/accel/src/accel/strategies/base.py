@@ -47,8 +47,11 @@ class ModelStrategy:
     def free_memory(self) -> None:
         """Forget what the strategy built at ``prepare`` (``Accelerator.free_memory``)."""
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor | None:
-        """Clip the strategy's own way and return the norm; ``None``: clip the plain way."""
+    def engine_clip_grad_norm_(self, max_norm: float) -> torch.Tensor | None:
+        """Norm clipping done by an engine that owns the gradients (DeepSpeed); ``None``: none.
+
+        When this returns a norm, :meth:`clip_grad_norm_` is not called.
+        """
         return None
 
     def clip_grad_value_(self, clip_value: float) -> bool:
@@ -75,6 +78,15 @@ class ModelStrategy:
 
     def before_clipping(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook before gradients are clipped: they must be complete (XLA reduces them here)."""
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook when an optimizer is prepared, after the models (FSDP rebinds its parameters)."""
+
+    def clip_grad_norm_(
+        self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip ``parameters``' gradients to ``max_norm``; returns the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The complete, unsharded weights of a prepared model (call on every process).

@@ -226,7 +226,7 @@ class DeepSpeedStrategy(ModelStrategy):
                 self._unzero_norm = _total_norm(engine.module.parameters())
             engine.step()
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+    def engine_clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """The engine clips at its configured ``gradient_clipping``; returns the last global norm.
 
         Raises:

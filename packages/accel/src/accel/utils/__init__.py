@@ -93,6 +93,7 @@ _FROM_ACCEL = {
     "DeepSpeedPlugin": "accel.utils.deepspeed",
     "DummyOptim": "accel.utils.deepspeed",
     "DummyScheduler": "accel.utils.deepspeed",
+    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "extract_model_from_parallel": "accel.utils.modeling",
     "release_memory": "accel.utils.memory",
     "find_executable_batch_size": "accel.utils.memory",

@@ -1,0 +1,314 @@
+"""``FullyShardedDataParallelPlugin``: FSDP settings under Accelerate's field names.
+
+Every field left at ``None`` is taken from the launcher (``accel launch --use_fsdp --fsdp_*`` or the
+``fsdp_config`` section of a config file, carried by the launch contract), then from the defaults.
+
+Example:
+    >>> from accel import Accelerator, FullyShardedDataParallelPlugin
+    >>> plugin = FullyShardedDataParallelPlugin(  # doctest: +SKIP
+    ...     auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
+    ... )
+    >>> accelerator = Accelerator(fsdp_plugin=plugin)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from accel.errors import AcceleratorConfigError
+
+SHARDING_STRATEGIES = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+)
+WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
+STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT")
+#: State-dict types accel can write into a checkpoint.
+WRITABLE_STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
+
+#: ``fsdp_config`` key (launcher / YAML) -> plugin field.
+LAUNCHER_KEYS = {
+    "fsdp_version": "fsdp_version",
+    "fsdp_sharding_strategy": "sharding_strategy",
+    "fsdp_reshard_after_forward": "reshard_after_forward",
+    "fsdp_offload_params": "cpu_offload",
+    "fsdp_auto_wrap_policy": "auto_wrap_policy",
+    "fsdp_transformer_layer_cls_to_wrap": "transformer_cls_names_to_wrap",
+    "fsdp_min_num_params": "min_num_params",
+    "fsdp_backward_prefetch": "backward_prefetch",
+    "fsdp_backward_prefetch_policy": "backward_prefetch",
+    "fsdp_forward_prefetch": "forward_prefetch",
+    "fsdp_state_dict_type": "state_dict_type",
+    "fsdp_use_orig_params": "use_orig_params",
+    "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
+    "fsdp_sync_module_states": "sync_module_states",
+    "fsdp_activation_checkpointing": "activation_checkpointing",
+}
+
+_DEFAULTS: dict[str, Any] = {
+    "fsdp_version": 2,
+    "sharding_strategy": "FULL_SHARD",
+    "backward_prefetch": "BACKWARD_PRE",
+    "cpu_offload": False,
+    "state_dict_type": "SHARDED_STATE_DICT",
+    "use_orig_params": True,
+    "sync_module_states": True,
+    "forward_prefetch": False,
+    "activation_checkpointing": False,
+    "cpu_ram_efficient_loading": False,
+    "limit_all_gathers": True,
+    "min_num_params": 100_000_000,
+}
+
+
+@dataclasses.dataclass
+class FullyShardedDataParallelPlugin:
+    """FSDP settings (Accelerate's field names); ``None`` means "launcher's value, else default".
+
+    Args:
+        fsdp_version: 2 (``fully_shard``, DTensor parameters; default) or 1 (the FSDP wrapper).
+        sharding_strategy: ``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD`` (FSDP1), ``HYBRID_SHARD*``
+            (FSDP1). Under FSDP2 ``FULL_SHARD``/``SHARD_GRAD_OP`` set ``reshard_after_forward``.
+        reshard_after_forward: FSDP2: free the gathered parameters after forward.
+        backward_prefetch: FSDP1 prefetch policy (FSDP2 prefetches on its own).
+        mixed_precision_policy: A dict of ``param_dtype``/``reduce_dtype``/``buffer_dtype``, or
+            torch's ``MixedPrecision``/``MixedPrecisionPolicy``; default: from ``mixed_precision``.
+        auto_wrap_policy: ``transformer_based_wrap``, ``size_based_wrap``, ``no_wrap`` (any case).
+        transformer_cls_names_to_wrap: Layer class names that become FSDP units.
+        min_num_params: Parameter count from which ``size_based_wrap`` makes a unit.
+        cpu_offload: Keep parameters (and gradients, optimizer states) on the CPU.
+        state_dict_type: ``SHARDED_STATE_DICT`` (each rank writes its shards; reshards on load)
+            or ``FULL_STATE_DICT`` (gathered on rank 0) for ``save_state``.
+        use_orig_params: FSDP1: expose the original parameters (needed for optimizers built
+            before ``prepare``).
+        sync_module_states: Start from rank 0's weights.
+        forward_prefetch: FSDP1: prefetch the next all-gather in forward.
+        activation_checkpointing: Recompute the activations of the wrapped layers in backward.
+        cpu_ram_efficient_loading: Accepted for compatibility (weights are synchronised from
+            rank 0 either way).
+        limit_all_gathers: FSDP1 rate limiter.
+        ignored_modules: Modules FSDP leaves alone.
+    """
+
+    fsdp_version: int | None = None
+    sharding_strategy: Any = None
+    reshard_after_forward: bool | None = None
+    backward_prefetch: Any = None
+    mixed_precision_policy: Any = None
+    auto_wrap_policy: Any = None
+    transformer_cls_names_to_wrap: Sequence[str] | str | None = None
+    min_num_params: int | None = None
+    cpu_offload: Any = None
+    state_dict_type: Any = None
+    use_orig_params: bool | None = None
+    sync_module_states: bool | None = None
+    forward_prefetch: bool | None = None
+    activation_checkpointing: bool | None = None
+    cpu_ram_efficient_loading: bool | None = None
+    limit_all_gathers: bool | None = None
+    ignored_modules: Any = None
+
+    def resolved(self, launcher: Mapping[str, Any] | None = None) -> FSDPSettings:
+        """Combine with the launcher's ``fsdp_config`` and defaults, and validate.
+
+        Raises:
+            AcceleratorConfigError: A value is unknown or a combination has no meaning.
+        """
+        values: dict[str, Any] = dict(_DEFAULTS)
+        for key, value in (launcher or {}).items():
+            target = LAUNCHER_KEYS.get(key)
+            if target is not None and value is not None:
+                values[target] = value
+        for name in (item.name for item in dataclasses.fields(self)):
+            value = getattr(self, name)
+            if value is not None:
+                values[name] = value
+        return _validate(values)
+
+
+@dataclasses.dataclass(frozen=True)
+class FSDPSettings:
+    """Validated FSDP settings the strategy works from (names upper-cased, lists split)."""
+
+    fsdp_version: int
+    sharding_strategy: str
+    reshard_after_forward: bool
+    backward_prefetch: str
+    mixed_precision_policy: Any
+    wrap_policy: str
+    layer_class_names: tuple[str, ...]
+    min_num_params: int
+    cpu_offload: bool
+    state_dict_type: str
+    use_orig_params: bool
+    sync_module_states: bool
+    forward_prefetch: bool
+    activation_checkpointing: bool
+    limit_all_gathers: bool
+    ignored_modules: Any
+
+
+def _name(value: Any) -> str:
+    """An enum member or a string as an upper-case name (``ShardingStrategy.FULL_SHARD`` too)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return str(getattr(value, "name", value)).upper()
+
+
+def _choice(field: str, value: Any, choices: Sequence[str]) -> str:
+    name = _name(value)
+    if name.isdigit() and field == "sharding_strategy" and 1 <= int(name) <= 5:
+        return SHARDING_STRATEGIES[int(name) - 1]  # Accelerate's old 1-based numbers
+    if name not in choices:
+        raise AcceleratorConfigError(
+            f"FullyShardedDataParallelPlugin({field}={value!r}) is not known; "
+            f"choose one of {', '.join(choices)}."
+        )
+    return name
+
+
+def _flag(field: str, value: Any) -> bool:
+    """A boolean setting; the strings ``true``/``false``/``1``/``0`` (environment values) too."""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise AcceleratorConfigError(f"{field}={value!r}: use true or false.")
+    return bool(value)
+
+
+def _class_names(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _validate(values: dict[str, Any]) -> FSDPSettings:
+    version = values["fsdp_version"]
+    if version not in (1, 2, "1", "2"):
+        raise AcceleratorConfigError(
+            f"fsdp_version={version!r}: choose 1 (FSDP wrapper) or 2 (fully_shard)."
+        )
+    version = int(version)
+    strategy = _choice("sharding_strategy", values["sharding_strategy"], SHARDING_STRATEGIES)
+    reshard = values.get("reshard_after_forward")
+    if reshard is not None:
+        reshard = _flag("reshard_after_forward", reshard)
+    if version == 2:
+        if strategy in ("NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+            raise AcceleratorConfigError(
+                f"fsdp_sharding_strategy={strategy} has no FSDP2 equivalent in accel; use "
+                "FULL_SHARD or SHARD_GRAD_OP (reshard_after_forward), or set fsdp_version: 1."
+            )
+        if reshard is None:
+            reshard = strategy == "FULL_SHARD"
+    elif reshard is not None:
+        raise AcceleratorConfigError(
+            f"reshard_after_forward={reshard!r} is an FSDP2 setting; with fsdp_version: 1 use "
+            "fsdp_sharding_strategy (FULL_SHARD or SHARD_GRAD_OP) instead."
+        )
+    policy_value = values.get("auto_wrap_policy")
+    names = _class_names(values.get("transformer_cls_names_to_wrap"))
+    if policy_value is None:
+        policy = "TRANSFORMER_BASED_WRAP" if names else "NO_WRAP"
+    elif callable(policy_value):
+        raise AcceleratorConfigError(
+            "auto_wrap_policy as a function is not supported; pass 'transformer_based_wrap' with "
+            "transformer_cls_names_to_wrap, 'size_based_wrap' with min_num_params, or 'no_wrap'."
+        )
+    else:
+        policy = _choice("auto_wrap_policy", policy_value, WRAP_POLICIES)
+    if policy == "TRANSFORMER_BASED_WRAP" and not names:
+        raise AcceleratorConfigError(
+            "fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP needs the layer classes: set "
+            "fsdp_transformer_layer_cls_to_wrap (transformer_cls_names_to_wrap), e.g. 'Block'."
+        )
+    state_dict_type = _choice("state_dict_type", values["state_dict_type"], STATE_DICT_TYPES)
+    if state_dict_type not in WRITABLE_STATE_DICT_TYPES:
+        raise AcceleratorConfigError(
+            f"fsdp_state_dict_type={state_dict_type} cannot be written by accel's save_state; "
+            "use SHARDED_STATE_DICT (resharding checkpoints) or FULL_STATE_DICT."
+        )
+    offload = values["cpu_offload"]
+    offload = _flag("cpu_offload", getattr(offload, "offload_params", offload))
+    use_orig_params = _flag("use_orig_params", values["use_orig_params"])
+    if version == 1 and not use_orig_params:
+        raise AcceleratorConfigError(
+            "fsdp_use_orig_params=false is not supported: accel rebinds optimizers built before "
+            "prepare to the sharded parameters, which needs fsdp_use_orig_params: true."
+        )
+    return FSDPSettings(
+        fsdp_version=version,
+        sharding_strategy=strategy,
+        reshard_after_forward=bool(reshard),
+        backward_prefetch=_choice(
+            "backward_prefetch", values["backward_prefetch"], BACKWARD_PREFETCH
+        ),
+        mixed_precision_policy=values.get("mixed_precision_policy"),
+        wrap_policy=policy,
+        layer_class_names=names,
+        min_num_params=int(values["min_num_params"]),
+        cpu_offload=offload,
+        state_dict_type=state_dict_type,
+        use_orig_params=use_orig_params,
+        sync_module_states=_flag("sync_module_states", values["sync_module_states"]),
+        forward_prefetch=_flag("forward_prefetch", values["forward_prefetch"]),
+        activation_checkpointing=_flag(
+            "activation_checkpointing", values["activation_checkpointing"]
+        ),
+        limit_all_gathers=_flag("limit_all_gathers", values["limit_all_gathers"]),
+        ignored_modules=values.get("ignored_modules"),
+    )
+
+
+def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype | None]:
+    """``param_dtype``/``reduce_dtype``/``buffer_dtype`` from the plugin's policy or the precision.
+
+    Raises:
+        AcceleratorConfigError: The policy is neither a dict nor a torch policy object.
+    """
+    if policy is None:
+        compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        if compute is None:
+            return {"param_dtype": None, "reduce_dtype": None, "buffer_dtype": None}
+        return {"param_dtype": compute, "reduce_dtype": torch.float32, "buffer_dtype": None}
+    if isinstance(policy, Mapping):
+        unknown = set(policy) - {"param_dtype", "reduce_dtype", "buffer_dtype", "output_dtype"}
+        if unknown:
+            raise AcceleratorConfigError(
+                f"mixed_precision_policy has unknown keys {sorted(unknown)}; use param_dtype, "
+                "reduce_dtype, buffer_dtype."
+            )
+        return {
+            key: _dtype(policy.get(key)) for key in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        }
+    if hasattr(policy, "param_dtype"):
+        return {
+            key: getattr(policy, key, None)
+            for key in ("param_dtype", "reduce_dtype", "buffer_dtype")
+        }
+    raise AcceleratorConfigError(
+        f"mixed_precision_policy={policy!r}: pass a dict of dtypes or torch's MixedPrecisionPolicy."
+    )
+
+
+def _dtype(value: Any) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    found = getattr(torch, str(value).replace("torch.", ""), None)
+    if not isinstance(found, torch.dtype):
+        raise AcceleratorConfigError(
+            f"mixed_precision_policy dtype {value!r} is not a torch dtype (e.g. 'bfloat16')."
+        )
+    return found

@@ -1,0 +1,376 @@
+"""Fully sharded data parallel: FSDP2 (``fully_shard``, DTensor parameters) or the FSDP1 wrapper.
+
+Each process keeps about 1/N of every parameter; FSDP gathers them for forward and backward and
+reduce-scatters the gradients. Settings come from :class:`~accel.FullyShardedDataParallelPlugin`
+or from the launcher's ``--fsdp_*`` flags / ``fsdp_config`` keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from accel.errors import AcceleratorConfigError
+from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin, mixed_precision_dtypes
+from accel.placement import ParameterMoves, switch_parameters
+from accel.strategies.base import ModelStrategy
+from accel_ckpt import ShardedState
+from accel_state import PartialState
+
+_WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def clean_name(name: str) -> str:
+    """A parameter name without FSDP1, activation-checkpoint and compile wrapper prefixes."""
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def resolve_settings(state: PartialState) -> FSDPSettings:
+    """The FSDP settings: the Accelerator's plugin, else the launcher's ``fsdp_config``."""
+    from accel.state import AcceleratorState
+
+    plugin = AcceleratorState().fsdp_plugin if AcceleratorState().initialized else None
+    if plugin is None:
+        plugin = FullyShardedDataParallelPlugin()
+    if not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise AcceleratorConfigError(
+            f"fsdp_plugin={plugin!r}: pass an accel.FullyShardedDataParallelPlugin."
+        )
+    return plugin.resolved(state.contract.fsdp_config)
+
+
+class FSDPStrategy(ModelStrategy):
+    """Shards trainable models with FSDP2 (default) or FSDP1 and checkpoints them shard by shard.
+
+    Raises:
+        AcceleratorConfigError: FSDP in a job without a process group, or bad settings.
+    """
+
+    name = "FSDP"
+
+    def __init__(self, state: PartialState, **settings: Any) -> None:
+        super().__init__(state)
+        if not dist.is_available() or not dist.is_initialized():
+            raise AcceleratorConfigError(
+                "FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP) needs a process group, "
+                "but this is a single process: start the job with `accel launch --use_fsdp "
+                "--num_processes N` (or torchrun), or drop the FSDP setting."
+            )
+        self.fsdp = resolve_settings(state)
+        self._moves: ParameterMoves = {}
+        self._roots: list[weakref.ref[torch.nn.Module]] = []
+
+    # ------------------------------------------------------------------ wrapping
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Shard ``model`` (already on its device) unless it has nothing to train."""
+        if self._is_sharded(model):
+            return model
+        if not any(parameter.requires_grad for parameter in model.parameters()):
+            return model
+        before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
+        if self.fsdp.sync_module_states:
+            _broadcast_from_rank0(model)
+        layers = self._layers(model)
+        if self.fsdp.activation_checkpointing:
+            _checkpoint_activations(model, layers)
+        if self.fsdp.fsdp_version == 2:
+            wrapped = self._fully_shard(model, layers)
+        else:
+            wrapped = self._fsdp1(model, layers)
+        for name, parameter in wrapped.named_parameters():
+            old = before.get(clean_name(name))
+            if old is not None and old is not parameter:
+                self._moves[id(old)] = (weakref.ref(old), parameter)
+        self._roots.append(weakref.ref(wrapped))
+        return wrapped
+
+    def _is_sharded(self, model: torch.nn.Module) -> bool:
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        return isinstance(model, (FSDPModule, FSDP))
+
+    def _layers(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """Submodules that become their own FSDP units, innermost first."""
+        policy = self.fsdp.wrap_policy
+        if policy == "NO_WRAP":
+            return []
+        if policy == "TRANSFORMER_BASED_WRAP":
+            wanted = set(self.fsdp.layer_class_names)
+            present = {type(module).__name__ for module in model.modules()}
+            missing = sorted(wanted - present)
+            if missing:
+                raise AcceleratorConfigError(
+                    f"fsdp_transformer_layer_cls_to_wrap names {missing}, not found in "
+                    f"{type(model).__name__}; its module classes are {sorted(present)}. "
+                    "Set transformer_cls_names_to_wrap to the model's layer class names."
+                )
+            return [
+                module
+                for module in _post_order(model)
+                if module is not model and type(module).__name__ in wanted
+            ]
+        return _size_based_units(model, self.fsdp.min_num_params)
+
+    def _mixed_precision(self) -> dict[str, torch.dtype | None]:
+        from accel.state import AcceleratorState
+
+        return mixed_precision_dtypes(
+            self.fsdp.mixed_precision_policy, AcceleratorState().mixed_precision.value
+        )
+
+    def _fully_shard(
+        self, model: torch.nn.Module, layers: list[torch.nn.Module]
+    ) -> torch.nn.Module:
+        from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
+            MixedPrecisionPolicy,
+            OffloadPolicy,
+            fully_shard,
+        )
+
+        dtypes = self._mixed_precision()
+        mp_policy = MixedPrecisionPolicy(
+            param_dtype=dtypes["param_dtype"], reduce_dtype=dtypes["reduce_dtype"]
+        )
+        pin = self.state.device.type == "cuda"
+        offload = CPUOffloadPolicy(pin_memory=pin) if self.fsdp.cpu_offload else OffloadPolicy()
+        options: dict[str, Any] = {
+            "reshard_after_forward": self.fsdp.reshard_after_forward,
+            "mp_policy": mp_policy,
+            "offload_policy": offload,
+        }
+        if self.fsdp.ignored_modules is not None:
+            options["ignored_params"] = {
+                parameter
+                for module in self.fsdp.ignored_modules
+                for parameter in module.parameters()
+            }
+        for layer in layers:
+            fully_shard(layer, **options)
+        fully_shard(model, **options)
+        return model
+
+    def _fsdp1(self, model: torch.nn.Module, layers: list[torch.nn.Module]) -> torch.nn.Module:
+        from torch.distributed.fsdp import (
+            BackwardPrefetch,
+            CPUOffload,
+            MixedPrecision,
+            ShardingStrategy,
+        )
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        dtypes = self._mixed_precision()
+        mixed = None if dtypes["param_dtype"] is None else MixedPrecision(**dtypes)  # type: ignore[arg-type]
+        device = self.state.device
+        prefetch = self.fsdp.backward_prefetch
+        wrapped = FSDP(
+            model,
+            sharding_strategy=ShardingStrategy[self.fsdp.sharding_strategy],
+            cpu_offload=CPUOffload(offload_params=self.fsdp.cpu_offload),
+            auto_wrap_policy=_IdentityWrapPolicy(layers) if layers else None,
+            backward_prefetch=None if prefetch == "NO_PREFETCH" else BackwardPrefetch[prefetch],
+            mixed_precision=mixed,
+            forward_prefetch=self.fsdp.forward_prefetch,
+            limit_all_gathers=self.fsdp.limit_all_gathers,
+            use_orig_params=self.fsdp.use_orig_params,
+            ignored_modules=self.fsdp.ignored_modules,
+            device_id=device,
+        )
+        return wrapped
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        """The module inside an FSDP1 wrapper (an FSDP2 model is its own module)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if isinstance(model, FSDP):
+            return model.module
+        return None
+
+    # ------------------------------------------------------------------ optimizers
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Point an optimizer built before ``prepare`` at the sharded parameters.
+
+        Raises:
+            AcceleratorConfigError: The optimizer holds parameters of no prepared FSDP model.
+        """
+        switch_parameters(optimizer, self._moves)
+        sharded = {
+            id(parameter)
+            for root in self._roots
+            if (model := root()) is not None
+            for parameter in model.parameters()
+        }
+        stray = [
+            tuple(parameter.shape)
+            for group in optimizer.param_groups
+            for parameter in group["params"]
+            if id(parameter) not in sharded
+        ]
+        if stray:
+            raise AcceleratorConfigError(
+                f"The optimizer {type(optimizer).__name__} holds {len(stray)} parameter(s) "
+                f"(shapes {stray[:3]}...) that belong to no model prepared with FSDP. Build the "
+                "optimizer on model.parameters() and pass the model to prepare() together with it "
+                "(or before it)."
+            )
+
+    # ------------------------------------------------------------------ training step
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Skip gradient reduce-scatter for this micro-step (gradients accumulate unsharded)."""
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        if isinstance(model, FSDP):
+            return model.no_sync()
+        if isinstance(model, FSDPModule):
+            return _fsdp2_no_sync(model)
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip by the global norm over every shard; returns that norm (a plain tensor)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        wanted = {id(parameter) for parameter in parameters}
+        for root in self._roots:
+            model = root()
+            if isinstance(model, FSDP) and wanted <= {id(p) for p in model.parameters()}:
+                return model.clip_grad_norm_(max_norm, norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        full = getattr(norm, "full_tensor", None)
+        return full() if full is not None else norm
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_split(
+        self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
+    ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
+        """FSDP models and their optimizers go into sharded states; the rest stays plain."""
+        from accel.strategies.fsdp_checkpoint import FSDPModelState
+
+        plain_models: list[torch.nn.Module] = []
+        states: list[ShardedState] = []
+        claimed: set[int] = set()
+        for model in models:
+            if not self._is_sharded(model):
+                plain_models.append(model)
+                continue
+            own = {id(parameter) for parameter in model.parameters()}
+            mine = [
+                opt
+                for opt in optimizers
+                if any(
+                    id(parameter) in own
+                    for group in _raw(opt).param_groups
+                    for parameter in group["params"]
+                )
+            ]
+            claimed.update(id(opt) for opt in mine)
+            states.append(
+                FSDPModelState(
+                    name=f"fsdp_model_{len(states)}",
+                    model=model,
+                    optimizers=[_raw(opt) for opt in mine],
+                    full=self.fsdp.state_dict_type == "FULL_STATE_DICT",
+                )
+            )
+        plain_optimizers = [opt for opt in optimizers if id(opt) not in claimed]
+        return plain_models, plain_optimizers, states
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The gathered, unsharded weights on the CPU (complete on the main process)."""
+        if not self._is_sharded(model):
+            return super().full_state_dict(model)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        from accel.strategies.fsdp_checkpoint import off_cpu
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=off_cpu(model))
+        state = get_model_state_dict(model, options=options)
+        return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+
+
+def _raw(optimizer: Any) -> torch.optim.Optimizer:
+    return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _fsdp2_no_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _post_order(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
+def _size_based_units(model: torch.nn.Module, min_num_params: int) -> list[torch.nn.Module]:
+    """Submodules holding ``min_num_params`` parameters not already in a smaller unit."""
+    units: list[torch.nn.Module] = []
+    covered: set[int] = set()
+    for module in _post_order(model):
+        if module is model:
+            break
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            continue  # containers without forward cannot be units
+        free = [p for p in module.parameters() if id(p) not in covered]
+        if free and sum(p.numel() for p in free) >= min_num_params:
+            units.append(module)
+            covered.update(id(p) for p in free)
+    return units
+
+
+class _IdentityWrapPolicy:
+    """FSDP1 auto-wrap policy that wraps exactly the given module objects."""
+
+    def __init__(self, layers: list[torch.nn.Module]) -> None:
+        self._ids = {id(layer) for layer in layers}
+
+    def __call__(self, module: torch.nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
+        return True if recurse else id(module) in self._ids
+
+
+def _broadcast_from_rank0(model: torch.nn.Module) -> None:
+    """Make every rank start from rank 0's parameters and buffers (as DDP does)."""
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def _checkpoint_activations(model: torch.nn.Module, layers: list[torch.nn.Module]) -> None:
+    """Recompute the activations of ``layers`` in backward instead of storing them.
+
+    Raises:
+        AcceleratorConfigError: No layers are wrapped, so nothing would be checkpointed.
+    """
+    if not layers:
+        raise AcceleratorConfigError(
+            "fsdp_activation_checkpointing=true needs wrapped layers: set "
+            "fsdp_auto_wrap_policy (TRANSFORMER_BASED_WRAP with fsdp_transformer_layer_cls_to_wrap, "
+            "or SIZE_BASED_WRAP)."
+        )
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    ids = {id(layer) for layer in layers}
+    apply_activation_checkpointing(
+        model,
+        checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper),
+        check_fn=lambda module: id(module) in ids,
+    )
