@@ -435,3 +435,15 @@ def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_pat
 
     assert script.main(["--check"], collector=lambda: ("9.9", entries)) == 1
     assert "absent without a recorded reason: accelerate.utils.brand_new" in capsys.readouterr().err
+
+
+def test_strategy_facts_and_device_map_check_on_one_process():
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.deepspeed_plugin is None
+    assert accelerator.is_fsdp2 is False
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    assert accelerator.verify_device_map(model) is False
+    model.hf_device_map = {"0": "cpu", "1": "disk"}
+    assert accelerator.verify_device_map(model) is True
+    model.hf_device_map = {"0": "cpu", "1": "cpu"}
+    assert accelerator.verify_device_map(model) is False

@@ -790,6 +790,30 @@ class Accelerator(CheckpointingMixin):
         """Whether this process writes the model: the local main process (no N-D parallelism here)."""
         return self.is_local_main_process
 
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The :class:`~accel.DeepSpeedPlugin` in effect (with its resolved config), else ``None``."""
+        return self.state._shared_state.get("deepspeed_plugin")
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether models are sharded with FSDP2 (``fully_shard``)."""
+        settings = getattr(self.strategy, "fsdp", None)
+        return self.distributed_type is DistributedType.FSDP and (
+            getattr(settings, "fsdp_version", None) == 2
+        )
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` (or a submodule) was dispatched over several devices by a device map.
+
+        Such a model must not be wrapped for distributed training (Accelerate checks the same).
+        """
+        for module in model.modules():
+            device_map = getattr(module, "hf_device_map", None)
+            if isinstance(device_map, dict) and len(set(device_map.values())) > 1:
+                return True
+        return False
+
     def _check_state_alive(self) -> None:
         """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
         if not self.state.initialized:
