@@ -19,6 +19,7 @@ Run: ``python benchmarks/bench_big_model.py [--size-mb 2048] [--repeats 5] [--di
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import importlib.util
 import statistics
@@ -182,16 +183,20 @@ def bench_offload(blocks: int, repeats: int, calls: int) -> None:
 
         models["accelerate"] = offloaded(accelerate.cpu_offload)
     else:
-        models["plain"] = reference.to(device if device != "cpu" else "cpu")
+        models["plain"] = copy.deepcopy(reference).to(device)
+    # Inputs on the execution device, as Accelerate's docs pass them (its root hook does not move
+    # them, and the blocks' residual connections need them there).
+    inputs = sample.to(device)
     with torch.no_grad():
-        expected = reference.cpu()(sample) if not HAS_ACCELERATE else models["accelerate"](sample)
-        assert torch.allclose(models["accel"](sample), expected, atol=1e-4)
+        expected = reference(sample)
+        for name, model in models.items():
+            assert torch.allclose(model(inputs).cpu(), expected, atol=1e-4), name
 
     def run(model: nn.Module) -> Callable[[], object]:
         def call() -> object:
             with torch.no_grad():
                 for _ in range(calls):
-                    model(sample)
+                    model(inputs)
             return None
 
         return call

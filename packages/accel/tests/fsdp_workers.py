@@ -116,8 +116,9 @@ def train(
     losses, norms = [], []
     for step in range(steps):
         tokens = global_batch(first_step + step, size)[rank * share : (rank + 1) * share]
+        tokens = tokens.to(accelerator.device)
         micro = share // accumulation
-        step_loss = torch.zeros(())
+        step_loss = torch.zeros((), device=accelerator.device)
         for index in range(accumulation):
             with accelerator.accumulate(model):
                 loss = lm_loss(model, tokens[index * micro : (index + 1) * micro])

@@ -193,7 +193,10 @@ def load_model_source(
                 for spec in headers[path].specs
                 if spec.name in key_set
                 and spec.name not in targets
-                and placer.keeps_on_cpu(spec.name, spec.dtype)
+                and (
+                    placer.keeps_on_cpu(spec.name, spec.dtype)
+                    or placer.goes_to_accelerator(spec.name)
+                )
             }
             for name, value, direct in iter_safetensors(path, targets=targets, mapped=mapped):
                 for key in [name, *by_canonical.get(name, [])]:

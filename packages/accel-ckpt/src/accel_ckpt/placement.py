@@ -177,6 +177,17 @@ class Placer:
             and self.dtype_for(name, sample) == dtype
         )
 
+    def goes_to_accelerator(self, name: str) -> bool:
+        """Whether tensor ``name`` is copied to a GPU (or other accelerator) when assigned.
+
+        Such tensors are best read as views of a memory map of the file: the copy to the device
+        reads them once from the page cache, with no intermediate host buffer to fill.
+        """
+        if self.device_map is None or self.reads_in_place(name):
+            return False
+        device = self.device_for(name)
+        return isinstance(device, torch.device) and device.type not in ("cpu", "meta")
+
     def check_shape(self, name: str, shape: tuple[int, ...], source: str) -> str | None:
         """A description of the mismatch, or ``None`` when the shapes agree."""
         expected = tuple(self.current(name).shape)

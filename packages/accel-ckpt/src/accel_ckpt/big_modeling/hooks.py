@@ -275,7 +275,8 @@ def attach_align_device_hook(
     del tied_params_map
     preload = set(preload_module_classes or [])
     whole = type(module).__name__ in preload
-    own = list(named_module_tensors(module, include_buffers=offload_buffers, recurse=whole))
+    # Buffers count even when they stay put: the hook moves them to the execution device.
+    own = list(named_module_tensors(module, include_buffers=True, recurse=whole))
     if own or whole:
         prefix = f"{module_name}." if module_name else ""
         hook = AlignDevicesHook(
