@@ -42,6 +42,9 @@ def test_a_registered_command_runs_and_returns_its_exit_code(plugin_root, capsys
     )
     assert main(["greet", "world"]) == 3
     assert capsys.readouterr().out == "hello world\n"
+    with pytest.raises(SystemExit):  # the command's own parser answers its --help
+        main(["greet", "--help"])
+    assert "usage: accel greet [-h] who" in capsys.readouterr().out
     main_help = main.__module__  # the built-in launch command was not replaced
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -56,6 +59,9 @@ def test_a_broken_command_names_itself_and_the_error(plugin_root, capsys):
         "[accel.commands]\nbroken = accel_broken:register\n",
         "raise ImportError('needs a library that is not installed')\n",
     )
+    with pytest.raises(SystemExit):  # listing commands does not import them
+        main(["--help"])
+    assert "broken" in capsys.readouterr().out
     assert main(["broken", "--anything"]) == 1
     error = capsys.readouterr().err
     assert "broken command of accel_broken:register failed to load" in error
