@@ -447,3 +447,31 @@ def test_strategy_facts_and_device_map_check_on_one_process():
     assert accelerator.verify_device_map(model) is True
     model.hf_device_map = {"0": "cpu", "1": "cpu"}
     assert accelerator.verify_device_map(model) is False
+
+
+def test_fsdp_merge_and_size_helpers_under_accelerate_names(tmp_path):
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    from accel.utils import (
+        convert_file_size_to_int,
+        cpu_offload,
+        dtype_byte_size,
+        has_offloaded_params,
+        load_checkpoint_in_model,
+        merge_fsdp_weights,
+    )
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    folder = tmp_path / "checkpoint" / "fsdp_model_0"
+    save({"model": model.state_dict()}, checkpoint_id=folder, no_dist=True)
+    merge_fsdp_weights(folder, tmp_path / "merged", remove_checkpoint_dir=True)
+    assert not folder.exists()
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    load_checkpoint_in_model(plain, tmp_path / "merged")
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in model.state_dict().items())
+
+    assert convert_file_size_to_int("2KB") == 2000 and convert_file_size_to_int("1KiB") == 1024
+    assert dtype_byte_size(torch.bfloat16) == 2 and dtype_byte_size(torch.bool) == 1 / 8
+    assert not has_offloaded_params(model[0])
+    cpu_offload(model, execution_device="cpu")
+    assert has_offloaded_params(model[0])

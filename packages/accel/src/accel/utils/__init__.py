@@ -83,6 +83,10 @@ _FROM_BIG_MODELING = [
     "load_offloaded_weight",
 ]
 _FROM_ACCEL = {
+    "merge_fsdp_weights": "accel.utils.compat",
+    "convert_file_size_to_int": "accel.utils.compat",
+    "dtype_byte_size": "accel.utils.compat",
+    "has_offloaded_params": "accel.utils.compat",
     "AutocastKwargs": "accel.kwargs_handlers",
     "DistributedDataParallelKwargs": "accel.kwargs_handlers",
     "GradScalerKwargs": "accel.kwargs_handlers",

@@ -1,0 +1,56 @@
+"""Small ``accelerate.utils`` functions, on top of accel-ckpt: FSDP weight merging and sizes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import torch
+
+from accel_ckpt import parse_size
+from accel_ckpt.big_modeling.hooks import AlignDevicesHook
+from accel_ckpt.merge_weights import merge_weights
+from accel_state import PartialState
+
+PathLike = str | os.PathLike[str]
+
+
+def merge_fsdp_weights(
+    checkpoint_dir: PathLike,
+    output_path: PathLike,
+    safe_serialization: bool = True,
+    remove_checkpoint_dir: bool = False,
+) -> None:
+    """Merge an FSDP sharded model state into full weights (main process; no process group).
+
+    What ``accel merge-weights`` does, under Accelerate's name.
+
+    Args:
+        checkpoint_dir: A ``save_state`` checkpoint, or one of its ``fsdp_model_<i>`` folders.
+        output_path: Folder for ``model.safetensors`` (or shards with an index).
+        safe_serialization: safetensors (default) or ``pytorch_model.bin``.
+        remove_checkpoint_dir: Delete ``checkpoint_dir`` after a successful merge.
+    """
+    if not PartialState().is_main_process:
+        return
+    merge_weights(checkpoint_dir, output_path, safe_serialization=safe_serialization)
+    if remove_checkpoint_dir:
+        shutil.rmtree(checkpoint_dir)
+
+
+def convert_file_size_to_int(size: int | str) -> int:
+    """Bytes in ``size`` (an int, or ``"10GB"``, ``"500MiB"``...): Accelerate's name."""
+    return parse_size(size)
+
+
+def dtype_byte_size(dtype: torch.dtype) -> float:
+    """Bytes per element of ``dtype`` (``torch.bool``: 1/8, as Accelerate counts it)."""
+    if dtype == torch.bool:
+        return 1 / 8
+    return float(torch.empty((), dtype=dtype).element_size())
+
+
+def has_offloaded_params(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s own weights are offloaded (brought in by its hook at each forward)."""
+    hook = getattr(module, "_hf_hook", None)
+    return isinstance(hook, AlignDevicesHook) and bool(hook.offload)
