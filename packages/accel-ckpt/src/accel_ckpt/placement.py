@@ -162,20 +162,21 @@ class Placer:
         device = self.device_for(name)
         return device == current.device and self.dtype_for(name, current) == current.dtype
 
+    def _copied_to(self, name: str) -> torch.device | None:
+        """The device tensor ``name`` is copied to when assigned (``None``: in place or disk)."""
+        if self.device_map is None or self.reads_in_place(name):
+            return None
+        device = self.device_for(name)
+        return device if isinstance(device, torch.device) else None
+
     def keeps_on_cpu(self, name: str, dtype: torch.dtype) -> bool:
         """Whether a file tensor of ``dtype`` becomes the model's CPU tensor ``name`` unchanged.
 
         Such tensors may be memory-mapped views of the file instead of copies.
         """
-        if self.device_map is None or self.reads_in_place(name):
-            return False
-        device = self.device_for(name)
+        device = self._copied_to(name)
         sample = torch.empty(0, dtype=dtype)
-        return (
-            isinstance(device, torch.device)
-            and device.type == "cpu"
-            and self.dtype_for(name, sample) == dtype
-        )
+        return device is not None and device.type == "cpu" and self.dtype_for(name, sample) == dtype
 
     def goes_to_accelerator(self, name: str) -> bool:
         """Whether tensor ``name`` is copied to a GPU (or other accelerator) when assigned.
@@ -183,10 +184,8 @@ class Placer:
         Such tensors are best read as views of a memory map of the file: the copy to the device
         reads them once from the page cache, with no intermediate host buffer to fill.
         """
-        if self.device_map is None or self.reads_in_place(name):
-            return False
-        device = self.device_for(name)
-        return isinstance(device, torch.device) and device.type not in ("cpu", "meta")
+        device = self._copied_to(name)
+        return device is not None and device.type not in ("cpu", "meta")
 
     def check_shape(self, name: str, shape: tuple[int, ...], source: str) -> str | None:
         """A description of the mismatch, or ``None`` when the shapes agree."""
