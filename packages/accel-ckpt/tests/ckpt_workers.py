@@ -24,6 +24,7 @@ from accel_ckpt import (
     save_state,
 )
 from accel_ckpt._coordination import _checkpoint_group
+from accel_ckpt.checksum import crc32_of_file
 from accel_state import PartialState, reset_state
 
 
@@ -42,6 +43,36 @@ class RankShards:
 
     def load(self, folder: Path) -> None:
         self.value = torch.load(folder / f"part_{dist.get_rank()}.pt")
+
+
+class DcpShards:
+    """A sharded state written through ``torch.distributed.checkpoint``, reporting its files."""
+
+    name = "dcp"
+
+    def __init__(self, value: float) -> None:
+        self.value = torch.full((1000,), value)
+        self.reported: dict[str, tuple[int, int]] = {}
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {f"rank{dist.get_rank()}": self.value}
+
+    def save(self, folder: Path) -> dict[str, tuple[int, int]]:
+        from torch.distributed.checkpoint import save
+
+        from accel_ckpt.dcp_writer import checksummed_writer
+
+        writer = checksummed_writer(folder)
+        save(self._state(), storage_writer=writer)
+        self.reported = writer.records
+        return self.reported
+
+    def load(self, folder: Path) -> None:
+        from torch.distributed.checkpoint import load
+
+        state = {f"rank{dist.get_rank()}": torch.zeros(1000)}
+        load(state, checkpoint_id=folder)
+        self.value = state[f"rank{dist.get_rank()}"]
 
 
 class Exploding:
@@ -126,6 +157,24 @@ def round_trips(root: str) -> dict:
     restored = RankShards(-1.0)
     load_state(path, models=fresh_setup()["models"][:1], sharded_states=[restored])
     out["sharded_restored"] = restored.value.tolist()
+
+    # A DCP state reports each file's size and CRC-32, hashed by the rank that wrote it.
+    dcp = DcpShards(float(rank) + 0.5)
+    path = save_state(base / "dcp", sharded_states=[dcp])
+    manifest = read_manifest(path)
+    out["dcp_reported"] = dcp.reported
+    out["dcp_manifest"] = {
+        name: (record.size, record.crc32)
+        for name, record in manifest.files.items()
+        if name.startswith("dcp/")
+    }
+    out["dcp_on_disk"] = {
+        f"dcp/{file.name}": crc32_of_file(str(file)) for file in sorted((path / "dcp").iterdir())
+    }
+    out["dcp_contents"] = sorted(manifest.contents["sharded_states"]["dcp"])
+    restored_dcp = DcpShards(-1.0)
+    load_state(path, sharded_states=[restored_dcp])
+    out["dcp_restored"] = torch.equal(restored_dcp.value, dcp.value)
 
     # A failure on rank 0 only: every rank raises and nothing is committed.
     try:

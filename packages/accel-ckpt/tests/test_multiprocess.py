@@ -32,8 +32,17 @@ def test_two_processes_save_and_load_everything(tmp_path):
         assert out["leftovers"] == []
         assert out["sharded_contents"] == {"shards": ["shards/part_0.pt", "shards/part_1.pt"]}
         assert out["sharded_restored"] == [float(rank)] * 4
+        # Every file of the DCP state is in the manifest with the size and CRC-32 on disk; the
+        # data files were hashed by the ranks that wrote them, .metadata by rank 0.
+        assert out["dcp_manifest"] == out["dcp_on_disk"]
+        assert out["dcp_contents"] == sorted(out["dcp_on_disk"])
+        assert f"__{rank}_0.distcp" in out["dcp_reported"]
+        assert (".metadata" in out["dcp_reported"]) == (rank == 0)
+        assert out["dcp_restored"]
         assert out["groups_alive_after_stop"] == [False, False]
     first, second = results
+    reported = {f"dcp/{name}" for out in results for name in out["dcp_reported"]}
+    assert reported == set(first["dcp_on_disk"])  # nothing left for rank 0 to read back
     assert (
         first["files"]
         == second["files"]

@@ -1,5 +1,7 @@
 import json
 import random
+import re
+import zlib
 
 import numpy as np
 import pytest
@@ -22,7 +24,9 @@ from accel_ckpt import (
     load_state,
     read_manifest,
     save_state,
+    verify_checkpoint,
 )
+from accel_ckpt.checksum import FileRecord
 
 
 def seed_all(seed: int) -> None:
@@ -269,6 +273,61 @@ class _FileState:
 
     def load(self, folder):
         self.value = json.loads((folder / "part.json").read_text())
+
+
+class _ReportingState(_FileState):
+    """A sharded state that reports what it wrote (``report`` overrides the true record)."""
+
+    def __init__(self, name: str, value: int, report: object = None) -> None:
+        super().__init__(name, value)
+        self.report = report
+
+    def save(self, folder):
+        super().save(folder)
+        (folder / "extra.bin").write_bytes(b"not reported")
+        data = (folder / "part.json").read_bytes()
+        true = {"part.json": (len(data), zlib.crc32(data))}
+        return true if self.report is None else self.report
+
+
+def test_sharded_states_may_report_their_files_size_and_checksum(tmp_path):
+    path = save_state(tmp_path / "ckpt", sharded_states=[_ReportingState("s", 12345)])
+    manifest = read_manifest(path)
+    data = (path / "s" / "part.json").read_bytes()
+    assert manifest.files["s/part.json"] == FileRecord(len(data), zlib.crc32(data))
+    assert manifest.files["s/extra.bin"] == FileRecord(12, zlib.crc32(b"not reported"))
+    assert sorted(manifest.contents["sharded_states"]["s"]) == ["s/extra.bin", "s/part.json"]
+    state = _FileState("s", 0)
+    load_state(path, sharded_states=[state])
+    assert state.value == 12345
+    assert verify_checkpoint(path).files == manifest.files
+
+    # A damaged byte of the same size: load_state (sizes only for sharded files) cannot tell;
+    # verify_checkpoint reads every file and names the damaged one.
+    part = path / "s" / "part.json"
+    part.write_bytes(part.read_bytes().replace(b"5", b"6"))
+    with pytest.raises(CorruptCheckpointError, match=r"s/part\.json has CRC-32"):
+        verify_checkpoint(path)
+    (path / "s" / "extra.bin").unlink()
+    with pytest.raises(IncompleteCheckpointError, match=r"extra\.bin is missing"):
+        verify_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    ("report", "words"),
+    [
+        (["part.json"], "save() returned list"),
+        ({"../part.json": (5, 0)}, "stay inside it"),
+        ({"/abs/part.json": (5, 0)}, "stay inside it"),
+        ({"part.json": "5 bytes"}, "(size, crc32) pair"),
+        ({"part.json": (999, 0)}, "reported s/part.json with 999 bytes, but the file has 5"),
+        ({"missing.bin": (3, 0)}, "s/missing.bin with 3 bytes, but the file does not exist"),
+    ],
+)
+def test_a_wrong_report_from_a_sharded_state_is_refused(tmp_path, report, words):
+    with pytest.raises(InvalidArgumentError, match=re.escape(words)):
+        save_state(tmp_path / "ckpt", sharded_states=[_ReportingState("s", 12345, report)])
+    assert list(tmp_path.iterdir()) == []  # nothing published, no temporary folder left
 
 
 def test_sharded_states_are_written_inside_the_atomic_folder(tmp_path):

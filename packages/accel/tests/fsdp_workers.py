@@ -191,6 +191,37 @@ def parity_job(size: int, steps: int) -> dict[str, Any]:
         train(fresh(fsdp_plugin=plugin(2), mixed_precision="bf16"), 6, size, lr=3e-2)
     )
     out["errors"] = _error_messages(size)
+    out["gathered_between_forward_and_backward"] = _gathered_after_forward(size)
+    return out
+
+
+def _gathered_after_forward(size: int) -> dict[str, dict[str, bool]]:
+    """Which parameters stay gathered (plain tensors, not DTensor shards) after forward.
+
+    For the Accelerator under FULL_SHARD and SHARD_GRAD_OP, and for ``fully_shard`` by hand with
+    torch's defaults (the reference for how many all-gathers a step costs).
+    """
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    def gathered(model: torch.nn.Module) -> dict[str, bool]:
+        loss = lm_loss(model, global_batch(0, size))
+        state = {
+            "root": not isinstance(model.head.weight, DTensor),
+            "layer": not isinstance(model.blocks[0].qkv.weight, DTensor),
+        }
+        loss.backward()
+        return state
+
+    out = {}
+    for name, strategy in (("full_shard", "FULL_SHARD"), ("shard_grad_op", "SHARD_GRAD_OP")):
+        accelerator = fresh(fsdp_plugin=plugin(2, sharding_strategy=strategy))
+        out[name] = gathered(accelerator.prepare(make_model()))
+    by_hand = make_model()
+    for block in by_hand.blocks:
+        fully_shard(block)
+    fully_shard(by_hand)
+    out["by_hand"] = gathered(by_hand)
     return out
 
 

@@ -52,6 +52,17 @@ def test_each_rank_holds_half_of_the_parameters(parity):
             assert abs(rank[run]["local"] - total / 2) <= 0.02 * total, run
 
 
+def test_fsdp2_gathers_as_often_as_fully_shard_by_hand(parity):
+    # FULL_SHARD frees each layer's gathered parameters after forward (gathered again in
+    # backward), but like torch's default keeps the root's: backward needs them first, so
+    # resharding the root would cost an extra all-gather every step.
+    for rank in parity:
+        gathered = rank["gathered_between_forward_and_backward"]
+        assert gathered["by_hand"] == {"root": True, "layer": False}
+        assert gathered["full_shard"] == gathered["by_hand"]
+        assert gathered["shard_grad_op"] == {"root": True, "layer": True}
+
+
 def test_gradient_accumulation_equals_the_large_batch_step(parity):
     reference = fsdp_workers.reference_losses(STEPS, SIZE, 1e-2)
     for rank in parity:

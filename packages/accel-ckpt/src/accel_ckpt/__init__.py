@@ -43,7 +43,13 @@ from accel_ckpt.errors import (
     UnsafeCheckpointError,
     UnsupportedValueError,
 )
-from accel_ckpt.manifest import MANIFEST_NAME, Manifest, is_complete, read_manifest
+from accel_ckpt.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    is_complete,
+    read_manifest,
+    verify_checkpoint,
+)
 from accel_ckpt.model_io import save_model, unwrap_model
 from accel_ckpt.model_loading import IncompatibleKeys, load_checkpoint_in_model
 from accel_ckpt.project import ProjectConfiguration, latest_checkpoint
@@ -104,6 +110,7 @@ __all__ = [
     "MANIFEST_NAME",
     "read_manifest",
     "is_complete",
+    "verify_checkpoint",
     "is_accelerate_checkpoint",
     "capture_rng_states",
     "restore_rng_states",

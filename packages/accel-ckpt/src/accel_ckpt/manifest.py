@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_ckpt.atomic import atomic_file
-from accel_ckpt.checksum import FileRecord
+from accel_ckpt.checksum import FileRecord, crc32_of_file
 from accel_ckpt.errors import CorruptCheckpointError, IncompleteCheckpointError
 
 MANIFEST_NAME = "accel_manifest.json"
@@ -122,6 +122,35 @@ def verify_sizes(folder: str | os.PathLike[str], manifest: Manifest) -> None:
                 f"{path} is {size} bytes but checkpoint {folder} recorded {record.size} bytes; "
                 "the file was truncated or replaced. Load another checkpoint."
             )
+
+
+def verify_checkpoint(folder: str | os.PathLike[str]) -> Manifest:
+    """Read every file of a committed checkpoint and check its size and CRC-32.
+
+    ``load_state`` checks the files it reads itself while reading them; the files of sharded
+    states (``torch.distributed.checkpoint`` shards, DeepSpeed engine files) are read by their
+    own libraries, which check nothing, so ``load_state`` only checks their sizes. Call this
+    after copying or restoring a checkpoint to check every byte.
+
+    Returns:
+        The checkpoint's manifest.
+
+    Raises:
+        IncompleteCheckpointError: No manifest, or a listed file is missing.
+        CorruptCheckpointError: A listed file has another size or checksum.
+    """
+    manifest = read_manifest(folder)
+    verify_sizes(folder, manifest)
+    for name, record in sorted(manifest.files.items()):
+        path = Path(folder) / name
+        size, crc = crc32_of_file(os.fspath(path))
+        if (size, crc) != (record.size, record.crc32):
+            raise CorruptCheckpointError(
+                f"{path} has CRC-32 {crc:08x} ({size} bytes) but checkpoint {folder} recorded "
+                f"{record.crc32:08x} ({record.size} bytes); the file was damaged after saving. "
+                "Restore it or load another checkpoint."
+            )
+    return manifest
 
 
 def is_complete(folder: str | os.PathLike[str]) -> bool:

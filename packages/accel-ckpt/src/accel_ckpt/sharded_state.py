@@ -9,7 +9,7 @@ leaves the previous checkpoint as it was. accel-ckpt never imports those librari
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -29,8 +29,16 @@ class ShardedState(Protocol):
 
     name: str
 
-    def save(self, folder: Path) -> None:
-        """Write this process's part into ``folder`` (called on every process; it exists)."""
+    def save(self, folder: Path) -> Mapping[str, tuple[int, int]] | None:
+        """Write this process's part into ``folder`` (called on every process; it exists).
+
+        Returns:
+            Optionally, the files this process wrote completely and fsynced: path relative to
+            ``folder`` -> ``(size, crc32)`` (see :func:`accel_ckpt.dcp_writer.checksummed_writer`
+            for ``torch.distributed.checkpoint``). Files it does not list are fsynced and
+            checksummed by the committing process, which reads them back; ``None`` leaves all
+            of them to it.
+        """
 
     def load(self, folder: Path) -> None:
         """Read the state back from ``folder`` (called on every process)."""

@@ -173,6 +173,7 @@ class CheckpointWriter:
         self.jobs: list[FileJob] = []
         self.staging: Path | None = None
         self.loader_states: list[tuple[dict[str, torch.Tensor], dict[str, str]] | None] = []
+        self.sharded_records: list[tuple[int, str, FileRecord]] = []
         self.per_rank_loaders: set[int] = set()
 
     # ---------------------------------------------------------------- step 1: local preparation
@@ -285,18 +286,27 @@ class CheckpointWriter:
         """Let every sharded state write its part into its subfolder (all processes).
 
         The creator made the subfolders with the temporary folder; the files are listed in the
-        manifest at commit time (``contents["sharded_states"]``).
+        manifest at commit time (``contents["sharded_states"]``). Files a state reports with
+        their size and checksum are reported to the committing process with the others; the
+        rest it checksums itself.
         """
         assert self.staging is not None
-        for state in self.items.sharded_states:
-            state.save(self.staging / state.name)
+        for index, state in enumerate(self.items.sharded_states):
+            written = state.save(self.staging / state.name)
+            for relpath, record in _reported_files(state.name, written).items():
+                self.sharded_records.append((index, f"{state.name}/{relpath}", record))
+
+    def write_with_sharded(self) -> list[FileReport]:
+        """Steps 3b and 4 in one (blocking saves): the sharded states, then this process's files."""
+        self.write_sharded()
+        return self.write()
 
     # ---------------------------------------------------------------- step 4: write (any thread)
     def write(self) -> list[FileReport]:
         """Write and fsync this process's files; report them."""
         assert self.staging is not None
         coordinator = self.coordinator
-        return [
+        reports = [
             FileReport(
                 job.category,
                 job.index,
@@ -308,6 +318,19 @@ class CheckpointWriter:
             )
             for job in self.jobs
         ]
+        reports.extend(
+            FileReport(
+                "sharded_states",
+                index,
+                coordinator.rank,
+                coordinator.node_rank,
+                True,
+                relpath,
+                record,
+            )
+            for index, relpath, record in self.sharded_records
+        )
+        return reports
 
     # ---------------------------------------------------------------- step 5: commit (creators)
     def commit(self, reports: list[list[FileReport]]) -> None:
@@ -327,15 +350,21 @@ class CheckpointWriter:
             "extra_files": [],
             "sharded_states": {state.name: [] for state in self.items.sharded_states},
         }
+        unseen: set[str] = set()  # files sharded states reported, not yet found on disk
         for report in sorted((r for per_rank in reports for r in per_rank), key=_order):
             if not self._writes_here(report):
                 continue
             files[report.relpath] = report.record
             _record(contents, report)
+            if report.category == "sharded_states":
+                unseen.add(report.relpath)
         for path in sorted(self.staging.rglob("*")):
             relpath = path.relative_to(self.staging).as_posix()
             if path.is_dir():
                 fsync_dir(path)
+            elif relpath in unseen:
+                _check_reported(relpath, path.stat().st_size, files[relpath])
+                unseen.discard(relpath)
             elif relpath not in files and relpath != MANIFEST_NAME:
                 fsync_file(path)  # written by a hook or a sharded state
                 size, crc = crc32_of_file(os.fspath(path))
@@ -345,6 +374,8 @@ class CheckpointWriter:
                     contents["sharded_states"][owner].append(relpath)
                 else:
                     contents["extra_files"].append(relpath)
+        for relpath in sorted(unseen):
+            _check_reported(relpath, None, files[relpath])
         fsync_dir(self.staging)
         manifest = Manifest(
             files=files,
@@ -369,10 +400,14 @@ class CheckpointWriter:
             remove_tree(self.staging)
 
     # ---------------------------------------------------------------- steps 4 and 5 together
-    def finish(self) -> Path:
-        """Write, agree, commit; on any failure remove the temporary folder and raise."""
+    def finish(self, reports: list[list[FileReport]] | None = None) -> Path:
+        """Write (unless ``reports`` says it was done), agree, commit.
+
+        On any failure remove the temporary folder and raise.
+        """
         try:
-            reports = self.coordinator.step(f"Writing checkpoint {self.final}", self.write)
+            if reports is None:
+                reports = self.coordinator.step(f"Writing checkpoint {self.final}", self.write)
             self.coordinator.step(
                 f"Committing checkpoint {self.final}", lambda: self.commit(reports)
             )
@@ -400,3 +435,53 @@ def _record(contents: dict[str, Any], report: FileReport) -> None:
         contents["dataloaders"][report.index] = entry
     elif category == "dataloaders":
         contents["dataloaders"][report.index] = {"shared": relpath}
+    elif category == "sharded_states":
+        contents["sharded_states"][relpath.split("/", 1)[0]].append(relpath)
+
+
+def _check_reported(relpath: str, size: int | None, record: FileRecord) -> None:
+    """A file a sharded state reported exists with the size it reported.
+
+    Raises:
+        InvalidArgumentError: It does not (the state's ``save`` reported a file it did not write).
+    """
+    if size == record.size:
+        return
+    found = "does not exist" if size is None else f"has {size} bytes"
+    raise InvalidArgumentError(
+        f"Sharded state {relpath.split('/', 1)[0]!r} reported {relpath} with {record.size} "
+        f"bytes, but the file {found}; its save() must return only the files it wrote "
+        "completely (or None)."
+    )
+
+
+def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
+    """Validate what a sharded state's ``save`` returned: relative path -> (size, crc32).
+
+    Raises:
+        InvalidArgumentError: It returned something else than ``None`` or such a mapping.
+    """
+    if written is None:
+        return {}
+    if not isinstance(written, Mapping):
+        raise InvalidArgumentError(
+            f"Sharded state {name!r}: save() returned {type(written).__name__}; return None or "
+            "a mapping of relative file path -> (size, crc32)."
+        )
+    reported: dict[str, FileRecord] = {}
+    for relpath, entry in written.items():
+        parts = Path(str(relpath)).parts
+        if not parts or Path(str(relpath)).is_absolute() or ".." in parts:
+            raise InvalidArgumentError(
+                f"Sharded state {name!r}: save() reported {relpath!r}; paths must be relative "
+                "to the folder it was given and stay inside it."
+            )
+        try:
+            size, crc = (int(value) for value in entry)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"Sharded state {name!r}: save() reported {relpath!r}: {entry!r}; each value "
+                "must be a (size, crc32) pair of integers."
+            ) from None
+        reported[Path(str(relpath)).as_posix()] = FileRecord(size, crc)
+    return reported

@@ -268,12 +268,15 @@ def save_state(
     prepared = coordinator.step(f"Preparing checkpoint {final}", saver.prepare)
     token = prepared[0][0]
     assert token is not None
+    reports = None
     try:
         coordinator.step(f"Creating {final}", lambda: saver.create_staging(token))
         coordinator.step(
             f"Collecting state for {final}", lambda: saver.plan_rest([p[1] for p in prepared])
         )
-        if items.sharded_states:
+        if items.sharded_states and blocking:  # one exchange for the shards and the files
+            reports = coordinator.step(f"Writing checkpoint {final}", saver.write_with_sharded)
+        elif items.sharded_states:
             coordinator.step(f"Writing sharded state of {final}", saver.write_sharded)
         if not blocking:
             coordinator.step(f"Copying state of {final}", lambda: ARENA.snapshot(saver.jobs))
@@ -281,7 +284,7 @@ def save_state(
         saver.abort()
         raise
     if blocking:
-        saver.finish()
+        saver.finish(reports)
         if project_config is not None:
             project_config.iteration += 1
         return final

@@ -156,6 +156,11 @@ class FSDPStrategy(ModelStrategy):
             }
         for layer in layers:
             fully_shard(layer, **options)
+        if self.fsdp.reshard_after_forward:
+            # torch's default for the root: keep its parameters gathered after forward, since
+            # backward starts by needing them again (an explicit True costs one more all-gather
+            # per step). The layer units above still reshard.
+            options["reshard_after_forward"] = None
         fully_shard(model, **options)
         return model
 

@@ -80,14 +80,24 @@ class FSDPModelState:
             options=options,
         )
 
-    def save(self, folder: pathlib.Path) -> None:
-        """Write this model's state into ``folder`` (collective: call on every rank)."""
+    def save(self, folder: pathlib.Path) -> dict[str, tuple[int, int]] | None:
+        """Write this model's state into ``folder`` (collective: call on every rank).
+
+        Returns:
+            For a sharded save, the size and CRC-32 of each file this rank wrote (hashed while
+            writing, so the committing rank need not read every shard back); ``None`` for a
+            full one.
+        """
         if self.full:
             self._save_full(folder)
-            return
+            return None
         from torch.distributed.checkpoint.state_dict_saver import save
 
-        save(self._state(full=False), checkpoint_id=folder)
+        from accel_ckpt.dcp_writer import checksummed_writer
+
+        writer = checksummed_writer(folder)
+        save(self._state(full=False), storage_writer=writer)
+        return writer.records
 
     def load(self, folder: pathlib.Path) -> None:
         """Read the state saved in ``folder`` into the model and optimizers (collective)."""
