@@ -10,6 +10,8 @@ from __future__ import annotations
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from accel_ckpt.errors import CorruptCheckpointError
+
 #: Buffers smaller than this are hashed inline; a thread hand-off would cost more than it saves.
 INLINE_LIMIT = 4 * 1024 * 1024
 
@@ -71,6 +73,20 @@ def crc32_of_file(path: str, chunk_size: int = 16 * 1024 * 1024) -> tuple[int, i
             size += len(chunk)
             checksum.feed(chunk)
     return size, checksum.value()
+
+
+def verify_file(path: str, expected: FileRecord) -> None:
+    """Read ``path`` whole and check its size and CRC-32 against a manifest's record.
+
+    Raises:
+        CorruptCheckpointError: They differ (the file was damaged after saving).
+    """
+    size, crc = crc32_of_file(path)
+    if (size, crc) != (expected.size, expected.crc32):
+        raise CorruptCheckpointError(
+            f"{path}: size/CRC-32 {size}/{crc:08x} differ from the manifest's "
+            f"{expected.size}/{expected.crc32:08x}; the file is damaged. Load another checkpoint."
+        )
 
 
 class FileRecord:

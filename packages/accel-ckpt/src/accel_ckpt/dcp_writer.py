@@ -114,13 +114,10 @@ class _ChecksummingFileSystem(FileSystem):
     def create_stream(self, path: PathLike, mode: str) -> Iterator[Any]:
         """Open ``path``; a file created for writing is checksummed as it is written."""
         key = self._key(path)
-        if not any(flag in mode for flag in "wxa+"):
-            with super().create_stream(path, mode) as stream:
-                yield stream
-            return
-        with self._lock:
-            self.records.pop(key, None)
-        if "w" not in mode and "x" not in mode:  # appending or updating: not from the start
+        if any(flag in mode for flag in "wxa+"):  # the old record no longer describes the file
+            with self._lock:
+                self.records.pop(key, None)
+        if "w" not in mode and "x" not in mode:  # reading, appending, updating: not counted
             with super().create_stream(path, mode) as stream:
                 yield stream
             return

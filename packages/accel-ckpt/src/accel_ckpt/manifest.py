@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_ckpt.atomic import atomic_file
-from accel_ckpt.checksum import FileRecord, crc32_of_file
+from accel_ckpt.checksum import FileRecord, verify_file
 from accel_ckpt.errors import CorruptCheckpointError, IncompleteCheckpointError
 
 MANIFEST_NAME = "accel_manifest.json"
@@ -142,14 +142,7 @@ def verify_checkpoint(folder: str | os.PathLike[str]) -> Manifest:
     manifest = read_manifest(folder)
     verify_sizes(folder, manifest)
     for name, record in sorted(manifest.files.items()):
-        path = Path(folder) / name
-        size, crc = crc32_of_file(os.fspath(path))
-        if (size, crc) != (record.size, record.crc32):
-            raise CorruptCheckpointError(
-                f"{path} has CRC-32 {crc:08x} ({size} bytes) but checkpoint {folder} recorded "
-                f"{record.crc32:08x} ({record.size} bytes); the file was damaged after saving. "
-                "Restore it or load another checkpoint."
-            )
+        verify_file(os.fspath(Path(folder) / name), record)
     return manifest
 
 

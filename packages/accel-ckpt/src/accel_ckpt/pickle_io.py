@@ -18,7 +18,7 @@ from typing import IO, Any, cast
 
 import torch
 
-from accel_ckpt.checksum import FileRecord, crc32_of_file
+from accel_ckpt.checksum import FileRecord, verify_file
 from accel_ckpt.errors import CorruptCheckpointError, UnsafeCheckpointError
 
 PathLike = str | os.PathLike[str]
@@ -117,12 +117,7 @@ def load_pickled(
     """
     name = os.fspath(path)
     if expected is not None:
-        size, crc = crc32_of_file(name)
-        if (size, crc) != (expected.size, expected.crc32):
-            raise CorruptCheckpointError(
-                f"{name}: size/CRC-32 {size}/{crc:08x} differ from the manifest's "
-                f"{expected.size}/{expected.crc32:08x}; the file is damaged. Load another checkpoint."
-            )
+        verify_file(name, expected)
     if allow_pickle:
         return torch.load(name, map_location=map_location, weights_only=False, mmap=mmap)
     try:

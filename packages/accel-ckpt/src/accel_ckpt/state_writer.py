@@ -173,7 +173,7 @@ class CheckpointWriter:
         self.jobs: list[FileJob] = []
         self.staging: Path | None = None
         self.loader_states: list[tuple[dict[str, torch.Tensor], dict[str, str]] | None] = []
-        self.sharded_records: list[tuple[int, str, FileRecord]] = []
+        self.sharded_reports: list[FileReport] = []
         self.per_rank_loaders: set[int] = set()
 
     # ---------------------------------------------------------------- step 1: local preparation
@@ -291,10 +291,13 @@ class CheckpointWriter:
         rest it checksums itself.
         """
         assert self.staging is not None
+        rank, node_rank = self.coordinator.rank, self.coordinator.node_rank
         for index, state in enumerate(self.items.sharded_states):
             written = state.save(self.staging / state.name)
-            for relpath, record in _reported_files(state.name, written).items():
-                self.sharded_records.append((index, f"{state.name}/{relpath}", record))
+            self.sharded_reports.extend(
+                FileReport("sharded_states", index, rank, node_rank, True, relpath, record)
+                for relpath, record in _reported_files(state.name, written).items()
+            )
 
     def write_with_sharded(self) -> list[FileReport]:
         """Steps 3b and 4 in one (blocking saves): the sharded states, then this process's files."""
@@ -306,7 +309,7 @@ class CheckpointWriter:
         """Write and fsync this process's files; report them."""
         assert self.staging is not None
         coordinator = self.coordinator
-        reports = [
+        return [
             FileReport(
                 job.category,
                 job.index,
@@ -317,20 +320,7 @@ class CheckpointWriter:
                 job.write(self.staging),
             )
             for job in self.jobs
-        ]
-        reports.extend(
-            FileReport(
-                "sharded_states",
-                index,
-                coordinator.rank,
-                coordinator.node_rank,
-                True,
-                relpath,
-                record,
-            )
-            for index, relpath, record in self.sharded_records
-        )
-        return reports
+        ] + self.sharded_reports
 
     # ---------------------------------------------------------------- step 5: commit (creators)
     def commit(self, reports: list[list[FileReport]]) -> None:
@@ -456,7 +446,10 @@ def _check_reported(relpath: str, size: int | None, record: FileRecord) -> None:
 
 
 def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
-    """Validate what a sharded state's ``save`` returned: relative path -> (size, crc32).
+    """Validate what sharded state ``name``'s ``save`` returned: relative path -> (size, crc32).
+
+    Returns:
+        Path inside the checkpoint (``name/relpath``) -> its record.
 
     Raises:
         InvalidArgumentError: It returned something else than ``None`` or such a mapping.
@@ -470,8 +463,8 @@ def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
         )
     reported: dict[str, FileRecord] = {}
     for relpath, entry in written.items():
-        parts = Path(str(relpath)).parts
-        if not parts or Path(str(relpath)).is_absolute() or ".." in parts:
+        path = Path(str(relpath))
+        if not path.parts or path.is_absolute() or ".." in path.parts:
             raise InvalidArgumentError(
                 f"Sharded state {name!r}: save() reported {relpath!r}; paths must be relative "
                 "to the folder it was given and stay inside it."
@@ -483,5 +476,5 @@ def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
                 f"Sharded state {name!r}: save() reported {relpath!r}: {entry!r}; each value "
                 "must be a (size, crc32) pair of integers."
             ) from None
-        reported[Path(str(relpath)).as_posix()] = FileRecord(size, crc)
+        reported[f"{name}/{path.as_posix()}"] = FileRecord(size, crc)
     return reported
