@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import fsdp_workers
 import pytest
+import torch
 
 from accel import Accelerator, AcceleratorConfigError, FullyShardedDataParallelPlugin
 from accel_state.testing import spawn_workers
@@ -138,3 +140,15 @@ def test_world_size_one_fsdp_on_cuda():
     )
     assert results[0]["type"] == "FSDP"
     assert close(results[0]["losses"], results[0]["reference"], tolerance=1e-3)
+
+
+def test_sharded_checkpoints_without_numpy_name_the_install(monkeypatch, tmp_path):
+    # torch.distributed.checkpoint's object collectives fail deep inside with "Numpy is not
+    # available" on a plain install; the error comes first and names the fix.
+    from accel.strategies.fsdp_checkpoint import FSDPModelState
+
+    monkeypatch.setitem(sys.modules, "numpy", None)  # the environment: numpy not installed
+    state = FSDPModelState("fsdp_model_0", torch.nn.Linear(2, 2), [])
+    for action in (state.save, state.load):
+        with pytest.raises(AcceleratorConfigError, match=r"pip install 'accel\[fsdp\]'"):
+            action(tmp_path)

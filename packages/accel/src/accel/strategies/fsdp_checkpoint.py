@@ -16,10 +16,31 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accel.errors import AcceleratorConfigError
+
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
 FULL_MODEL_FILE = "model.safetensors"
 FULL_OPTIMIZER_FILE = "optimizer.pt"
+
+
+def require_numpy() -> None:
+    """Refuse a sharded save or load early when numpy is missing.
+
+    ``torch.distributed.checkpoint`` exchanges its plans with object collectives, which need
+    numpy (torch does not depend on it); without it they fail deep inside, on every rank.
+
+    Raises:
+        AcceleratorConfigError: numpy is not installed.
+    """
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise AcceleratorConfigError(
+            "fsdp_state_dict_type=SHARDED_STATE_DICT: save_state/load_state go through "
+            "torch.distributed.checkpoint, whose object collectives need numpy, which is not "
+            "installed. Install it: pip install 'accel[fsdp]' (or pip install numpy)."
+        ) from None
 
 
 def off_cpu(model: torch.nn.Module) -> bool:
@@ -91,6 +112,7 @@ class FSDPModelState:
         if self.full:
             self._save_full(folder)
             return None
+        require_numpy()
         from torch.distributed.checkpoint.state_dict_saver import save
 
         from accel_ckpt.dcp_writer import checksummed_writer
@@ -104,6 +126,7 @@ class FSDPModelState:
         if (folder / FULL_MODEL_FILE).exists():
             self._load_full(folder)
             return
+        require_numpy()
         from torch.distributed.checkpoint.state_dict_loader import load
 
         state = self._state(full=False)
