@@ -14,6 +14,8 @@ import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.compilation import compile_model
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
+from accel.fp8.recipes import FP8_HANDLER_TYPES
+from accel.fp8.setup import FP8AttributesMixin, make_fp8_precision, resolve_fp8
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -49,10 +51,11 @@ _HANDLER_TYPES = (
     InitProcessGroupKwargs,
     AutocastKwargs,
     ProfileKwargs,
+    *FP8_HANDLER_TYPES,
 )
 
 
-class Accelerator(CheckpointingMixin):
+class Accelerator(CheckpointingMixin, FP8AttributesMixin):
     """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
 
     Args:
@@ -72,7 +75,9 @@ class Accelerator(CheckpointingMixin):
             ``gradient_accumulation_steps``.
         step_scheduler_with_optimizer: Step prepared schedulers only with real optimizer steps.
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
-            ``InitProcessGroupKwargs``, ``AutocastKwargs`` instances (one of each at most).
+            ``InitProcessGroupKwargs``, ``AutocastKwargs``, ``ProfileKwargs`` instances (one of
+            each at most) and one fp8 recipe (``AORecipeKwargs``, ``TERecipeKwargs``,
+            ``MSAMPRecipeKwargs`` or ``FP8RecipeKwargs``; see :mod:`accel.fp8`).
         dynamo_backend: ``torch.compile`` backend for prepared models (``"no"`` disables).
         log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"wandb"``,
             ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
@@ -194,10 +199,15 @@ class Accelerator(CheckpointingMixin):
             self.state.partial,
             **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
         )
-        self.precision: Precision = make_precision(
-            "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
-            self.device,
-            self.scaler_handler,
+        self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
+        self.precision: Precision = (
+            make_fp8_precision(self._fp8, self.device, self.distributed_type, fsdp2=self.is_fsdp2)
+            if self._fp8.enabled
+            else make_precision(
+                "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
+                self.device,
+                self.scaler_handler,
+            )
         )
         self.scaler = self.precision.scaler
         self.step = 0
@@ -333,6 +343,7 @@ class Accelerator(CheckpointingMixin):
                 f"device_placement has {len(placements)} entries for {len(args)} objects; "
                 "give one per object."
             )
+        args = tuple(self.precision.prepare_together(list(args)))
         result = list(args)
         kinds: list[tuple[Callable[[Any], bool], Callable[[Any, bool | None], Any]]] = [
             (lambda obj: isinstance(obj, torch.nn.Module), self.prepare_model),
@@ -395,6 +406,7 @@ class Accelerator(CheckpointingMixin):
         placement = self.device_placement if device_placement is None else device_placement
         if placement and not getattr(model, "hf_device_map", None):
             self._parameter_moves.update(move_model(model, self.device))
+        self._parameter_moves.update(self.precision.prepare_model(model))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
         prepared = model if evaluation_mode else self.strategy.wrap(model)
         prepared = compile_model(prepared, self.state.dynamo_plugin)
@@ -415,6 +427,7 @@ class Accelerator(CheckpointingMixin):
         # step those, not the host tensors it was given.
         switch_parameters(optimizer, self._parameter_moves)
         self.strategy.prepare_optimizer(optimizer)
+        self.precision.prepare_optimizer(optimizer)
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )

@@ -279,7 +279,10 @@ def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype
         AcceleratorConfigError: The policy is neither a dict nor a torch policy object.
     """
     if policy is None:
-        compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        # fp8 runs its fp8 layers' matmuls in float8 and everything else in bf16 (Accelerate's).
+        compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(
+            precision
+        )
         if compute is None:
             return {"param_dtype": None, "reduce_dtype": None, "buffer_dtype": None}
         return {"param_dtype": compute, "reduce_dtype": torch.float32, "buffer_dtype": None}
