@@ -10,6 +10,7 @@ from accel_launch.config.schema import (
     AccelConfig,
     DeepSpeedConfig,
     DynamoConfig,
+    Fp8Config,
     FsdpConfig,
     flag_key,
 )
@@ -73,6 +74,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         ("dynamo_config", DynamoConfig),
         ("deepspeed_config", DeepSpeedConfig),
         ("fsdp_config", FsdpConfig),
+        ("fp8_config", Fp8Config),
     ):
         values = _section_values(args, section)
         if key == "deepspeed_config":
