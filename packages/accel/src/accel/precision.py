@@ -50,6 +50,9 @@ class Precision:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook when an optimizer is prepared, after the models (fp8 under FSDP2 adds a hook)."""
 
+    def state_loaded(self) -> None:
+        """Hook after ``load_state`` changed the prepared models' weights."""
+
     def prepare_together(self, objects: list[Any]) -> list[Any]:
         """See a ``prepare`` call's objects before any is prepared; returns them.
 

@@ -240,13 +240,18 @@ class AOPrecision(BF16Precision):
         self._converted.append(weakref.ref(model))
         return moves
 
+    def _precomputes_scales(self) -> bool:
+        return self._fsdp2 and self.converter.fsdp_float8_all_gather
+
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Under FSDP2 with float8 all-gather, precompute the weights' scales after each step.
 
-        One fused pass over all weights instead of one reduction per layer in the next
-        forward (torchao's recipe for FSDP2).
+        One fused pass over all weights instead of one reduction per layer in the next forward
+        (torchao's recipe for FSDP2). They are computed once now too, and again after
+        ``load_state``, so that every forward uses precomputed scales: a run resumed from a
+        checkpoint then computes exactly what the uninterrupted run computed.
         """
-        if not (self._fsdp2 and self.converter.fsdp_float8_all_gather):
+        if not self._precomputes_scales():
             return
         owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
         models = [
@@ -262,6 +267,16 @@ class AOPrecision(BF16Precision):
 
         if models:
             optimizer.register_step_post_hook(precompute)
+            precompute()
+
+    def state_loaded(self) -> None:
+        """Recompute the FSDP2 float8 scales of the loaded weights."""
+        if not self._precomputes_scales():
+            return
+        for ref in self._converted:
+            model = ref()
+            if model is not None:
+                self.converter.precompute_fsdp_scales(model)
 
 
 __all__ = [
