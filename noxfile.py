@@ -197,6 +197,15 @@ def install(session: nox.Session, install: str) -> None:
         "sys.exit('numpy is installed, so this venv cannot show that it is not needed' "
         "if importlib.util.find_spec('numpy') else 0)",
     )
+    # Optional engines come only with their extras (accel[fp8], accel[bnb], accel[deepspeed]).
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; "
+        "extra = [m for m in ('torchao', 'bitsandbytes', 'deepspeed', 'transformer_engine') "
+        "if importlib.util.find_spec(m)]; "
+        "sys.exit(f'optional packages in a plain install: {extra}' if extra else 0)",
+    )
     tmp = session.create_tmp()
     with session.chdir(INSTALL_CHECKS_DIR):
         session.run(*(part.format(tmp=tmp) for part in command), env=CPU_ENV)

@@ -8,6 +8,7 @@ small model).
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 
 import fp8_workers
@@ -142,6 +143,23 @@ def test_compiled_fp8_model_matches_eager():
     reference = fp8_workers.lm_loss(eager, tokens)
     assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
     assert eager.blocks[0].proj.weight.grad is not None
+
+
+def test_import_accel_loads_no_optional_package():
+    code = (
+        "import sys, accel, accel.utils\n"
+        "from accel import Accelerator\n"
+        "from accel.utils import AORecipeKwargs, BnbQuantizationConfig, load_and_quantize_model\n"
+        "import accel.utils.ao, accel.utils.bnb, accel.utils.transformer_engine, accel.fp8\n"
+        "Accelerator()\n"
+        "bad = [m for m in ('torchao', 'bitsandbytes', 'transformer_engine', 'msamp', 'deepspeed')"
+        " if m in sys.modules]\n"
+        "sys.exit(f'imported {bad}' if bad else 0)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 if __name__ == "__main__":
