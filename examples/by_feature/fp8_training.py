@@ -98,7 +98,7 @@ def main() -> None:
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        if step % 5 == 0 or step == args.steps - 1:
+        if step % 5 == 0 or step == len(data) - 1:
             accelerator.print(
                 f"step {step:3d}  loss {accelerator.reduce(loss.detach(), 'mean'):.3f}"
             )
