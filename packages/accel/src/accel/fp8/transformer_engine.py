@@ -45,10 +45,16 @@ def has_transformer_engine_layers(model: torch.nn.Module) -> bool:
     )
 
 
-def convert_model(model: torch.nn.Module, to_transformer_engine: bool = True) -> ParameterMoves:
+def convert_model(
+    model: torch.nn.Module,
+    to_transformer_engine: bool = True,
+    _convert_linear: bool = True,
+    _convert_ln: bool = True,
+) -> ParameterMoves:
     """Swap ``nn.Linear``/``nn.LayerNorm`` layers for TransformerEngine's, weights copied.
 
-    Only the forward direction is supported (``to_transformer_engine=False`` raises).
+    Only the forward direction is supported (``to_transformer_engine=False`` raises);
+    ``_convert_linear`` / ``_convert_ln`` choose which layer kinds are swapped.
 
     Returns:
         The replaced parameters, for optimizers built before the conversion.
@@ -67,6 +73,10 @@ def convert_model(model: torch.nn.Module, to_transformer_engine: bool = True) ->
     moves: ParameterMoves = {}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear and not _convert_linear:
+                continue
+            if type(child) is torch.nn.LayerNorm and not _convert_ln:
+                continue
             replacement = _te_module(te, child)
             if replacement is None:
                 continue
