@@ -75,7 +75,21 @@ def _first_and_last_filter(model: torch.nn.Module) -> ModuleFilter:
 
 
 def _require_torchao() -> str:
-    return require_package("torchao", "torchao", "torchao (AO)", TORCHAO_INSTALL)
+    """The installed torchao version, once ``torchao.float8`` imports with this torch.
+
+    Raises:
+        UnsupportedFeatureError: torchao is missing, or built for another torch release.
+    """
+    version = require_package("torchao", "torchao", "torchao (AO)", TORCHAO_INSTALL)
+    try:
+        import torchao.float8  # noqa: F401 - the import is the check
+    except ImportError as error:
+        raise UnsupportedFeatureError(
+            f"mixed_precision='fp8' with torchao: torchao {version} does not import with torch "
+            f"{torch.__version__} ({error}). Install the torchao release made for this torch "
+            "(torchao 0.18 pairs with torch 2.13)."
+        ) from None
+    return version
 
 
 def has_ao_layers(model: torch.nn.Module) -> bool:
