@@ -233,3 +233,15 @@ def test_missing_bitsandbytes_names_the_extra(monkeypatch, saved):
         load_and_quantize_model(
             model, BnbQuantizationConfig(load_in_8bit=True), saved["checkpoint"]
         )
+
+
+@pytest.mark.cuda
+def test_8bit_on_a_gpu_matches_the_cpu_result(saved):
+    on_cpu = load(saved, EIGHT)
+    on_gpu = load(saved, EIGHT, device_map={"": 0})
+    with torch.no_grad():
+        want = on_cpu(saved["ids"])
+        got = on_gpu(saved["ids"].cuda()).cpu()
+    assert on_gpu.blocks[0].fc1.weight.device.type == "cuda"
+    assert relative_error(got, saved["reference"]) < 0.01
+    assert relative_error(got, want) < 0.01

@@ -145,6 +145,28 @@ def test_compiled_fp8_model_matches_eager():
     assert eager.blocks[0].proj.weight.grad is not None
 
 
+@pytest.mark.cuda
+def test_fp8_on_a_gpu_follows_bf16():
+    """On a GPU: fp8 matmuls where the GPU has them (8.9+), else the refusal names the reason."""
+    from accel import UnsupportedFeatureError
+    from accel.fp8 import check_cuda_fp8_capability
+
+    if not check_cuda_fp8_capability():
+        with pytest.raises(UnsupportedFeatureError, match="compute capability"):
+            Accelerator(mixed_precision="fp8")
+        return
+    losses = {}
+    for precision in ("bf16", "fp8"):
+        from accel_state import reset_state
+
+        reset_state()
+        run = fp8_workers.Run(Accelerator(mixed_precision=precision))
+        losses[precision] = run.train(10)
+    assert fp8_workers.layer_kinds(run.model)["blocks.0.proj"] == "Float8Linear"
+    for a, b in zip(losses["fp8"], losses["bf16"], strict=True):
+        assert abs(a - b) <= 0.05 * b
+
+
 def test_import_accel_loads_no_optional_package():
     code = (
         "import sys, accel, accel.utils\n"
