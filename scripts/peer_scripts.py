@@ -107,7 +107,7 @@ SCRIPTS: tuple[PeerScript, ...] = (
     PeerScript("test_ops.py"),
     PeerScript(
         "test_distributed_data_loop.py",
-        skip_counts={1: "asserts exactly 2 processes (Accelerate's suite runs it on 2 only)"},
+        skip_counts={1: "asserts 2 processes; Accelerate's suite runs it on 2 only"},
     ),
     PeerScript(
         "test_merge_weights.py",
@@ -125,15 +125,15 @@ SCRIPTS: tuple[PeerScript, ...] = (
         "test_notebook.py",
         how="python",
         skip_counts={
-            1: "Accelerate's suite runs it on 2 only: its main() runs the multi-process checks "
-            "whatever the count (the skip marks act under pytest alone)"
+            1: "its main() runs 2-process checks (skip marks act under pytest only); "
+            "Accelerate's suite runs it on 2 only"
         },
     ),
     # tests/test_kwargs_handlers.py::test_ddp_comm_hook.
     PeerScript(
         "test_ddp_comm_hook.py",
-        skip="GPU-only: its reference DistributedDataParallel(device_ids=[rank]) is refused by "
-        "torch for CPU modules",
+        skip="GPU-only: torch refuses its reference DistributedDataParallel(device_ids=...) for "
+        "CPU modules",
     ),
     # tests/test_metrics.py (needs transformers, datasets and evaluate installed; on a CPU it
     # runs only the gather_for_metrics checks on generated data: its MRPC part is GPU-only).
@@ -147,17 +147,15 @@ SCRIPTS: tuple[PeerScript, ...] = (
     ),
     PeerScript(
         "external_deps/test_ds_alst_ulysses_sp.py",
-        skip="downloads a Llama model from the Hub; DeepSpeed Ulysses sequence parallelism is "
-        "GPU-only",
+        skip="downloads a Llama model from the Hub; Ulysses sequence parallelism needs GPUs",
     ),
     PeerScript(
         "external_deps/test_pippy.py",
-        skip="Accelerate's suite skips it ('Will soon deprecate pippy'); GPU-only (on a CPU it "
-        "prints 'Less than two GPUs found')",
+        skip="GPU-only (prints 'Less than two GPUs found' on a CPU); Accelerate's suite skips it",
     ),
     PeerScript(
         "external_deps/test_zero3_integration.py",
-        skip="downloads sshleifer/tiny-gpt2 from the Hub and starts an NCCL (GPU) process group",
+        skip="downloads sshleifer/tiny-gpt2 from the Hub; starts an NCCL (GPU) group",
     ),
 )
 
