@@ -52,7 +52,7 @@ def split_inputs(
         }
         return type(inputs)(split)  # type: ignore[call-arg]
     if _is_row_selectable(inputs):
-        return _split_rows(inputs, num_processes, process_index, apply_padding)
+        return _split_rows(inputs, num_processes, process_index, apply_padding)  # type: ignore[no-any-return]
     length = _length(inputs)
     start, end = share_bounds(length, num_processes, process_index)
     share: Any = inputs[start:end]  # type: ignore[index]
