@@ -89,11 +89,6 @@ class PeerScript:
     skip_counts: Mapping[int, str] = dataclasses.field(default_factory=dict)
     differs: Mapping[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
-    @property
-    def name(self) -> str:
-        """The path, as the summary names it."""
-        return self.path
-
     def skip_reason(self, processes: int) -> str | None:
         """Why this script does not run on ``processes`` processes here, or None."""
         return self.skip or self.skip_counts.get(processes)

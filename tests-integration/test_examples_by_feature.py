@@ -81,12 +81,12 @@ def test_gradient_accumulation_equals_the_large_batch(clean_env):
 
 def test_automatic_gradient_accumulation_keeps_the_effective_batch(clean_env):
     output = run_example(
-        "automatic_gradient_accumulation", "--batch_size", "128", "--memory_limit", "40",
+        "automatic_gradient_accumulation", "--batch_size", "128", "--memory_limit", "100",
         env=clean_env,
     )  # fmt: skip
     micro = number(r"micro-batch (\d+) x", output)
     steps = number(r"x (\d+) accumulation steps", output)
-    assert micro <= 40 and micro * steps == 128
+    assert micro <= 100 and steps > 1 and micro * steps == 128
     assert "effective batch 128 (asked for 128)" in output
 
 

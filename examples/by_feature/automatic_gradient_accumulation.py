@@ -9,7 +9,7 @@ that holds that many samples at once (a larger batch raises ``torch.OutOfMemoryE
 GPU, leave it out and the real error does the same.
 
     accel launch --cpu --num_processes 2 examples/by_feature/automatic_gradient_accumulation.py \
-        --batch_size 128 --memory_limit 40
+        --batch_size 128 --memory_limit 100
 """
 
 from __future__ import annotations
