@@ -143,6 +143,7 @@ def main() -> None:
     if accelerator.is_main_process:
         print(f"gathered state dict: {sum(w.numel() for w in weights.values())} parameters")
     accelerator.print(f"test accuracy {correct / count:.4f}")
+    accelerator.wait_for_everyone()  # every collective done before the group is torn down
     accelerator.end_training()
 
 
