@@ -31,7 +31,7 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
-from accel.state import STATE_RESET_MESSAGE, AcceleratorState
+from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
 from accel.tracking import GeneralTracker, resolve_trackers, tracker_class
 from accel.triggers import Trigger
@@ -833,7 +833,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
     def _check_state_alive(self) -> None:
         """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
         if not self.state.initialized:
-            raise AcceleratorConfigError(STATE_RESET_MESSAGE)
+            raise state_reset_error("mixed_precision")
 
     # ------------------------------------------------------------------ experiment tracking
     def init_trackers(

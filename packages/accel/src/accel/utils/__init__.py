@@ -116,6 +116,8 @@ _FROM_ACCEL = {
     ),
     "check_cuda_fp8_capability": "accel.fp8.capability",
     "merge_fsdp_weights": "accel.utils.compat",
+    "save_fsdp_model": "accel.utils.fsdp_utils",
+    "load_fsdp_model": "accel.utils.fsdp_utils",
     "convert_file_size_to_int": "accel.utils.compat",
     "dtype_byte_size": "accel.utils.compat",
     "has_offloaded_params": "accel.utils.compat",
