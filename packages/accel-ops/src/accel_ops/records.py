@@ -1,0 +1,317 @@
+"""What this process last entered: a small ring of collective records, for hang reports.
+
+Every public collective of accel-ops, and what other packages wrap with :func:`record`
+(``save_state``, ``backward``, ``wait_for_everyone``...), notes on entry its name, a sequence
+number of this process, the shape and dtype of its operand where that is cheap to know, and the
+caller's file and line: the first frame outside the packages registered with
+:func:`register_internal_package` (accel's own). On return the record is marked done. Nothing is
+formatted until a report is asked for, so a record costs a small object and a walk over a few
+frames (``benchmarks/bench_collective_record.py`` measures it against a bare
+``torch.distributed`` call).
+
+A collective entered while another is in progress on the same thread (``gather_object`` inside
+``save_state``) is not recorded separately: it is part of the outer one, whose ``phase``
+(:func:`annotate`) says which step it is in.
+
+:func:`describe_position` answers "where is this process": ``waits in gather #57 (train.py:42)``
+while a collective is in progress (or failed waiting), else ``last entered all_reduce #56
+(train.py:40)``. It is registered with :mod:`accel_state.failures`, so ``accel launch``'s failure
+recorder writes it into torch elastic's error file and the launcher can put the ranks side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
+from typing import Any, TypeVar
+
+import torch
+
+from accel_state.failures import register_reporter
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Records kept per process; older ones are overwritten.
+RING_SIZE = 32
+
+ENTERED, DONE, TIMED_OUT, FAILED = "entered", "done", "timed out", "failed"
+
+
+class CollectiveRecord:
+    """One collective this process entered.
+
+    Attributes:
+        seq: This process's sequence number (1, 2, ...), over every recorded operation.
+        op: Operation name, e.g. ``"gather"`` or ``"save_state"``.
+        operand: A cheap description of the operand: ``(shape, dtype)``, a type name, or None.
+        code: The code object of the caller's frame (None when unknown).
+        offset: The caller's bytecode offset in ``code``; :attr:`lineno` is worked out from it
+            only when a report asks (a frame's line number costs more than the whole record).
+        started: ``time.monotonic()`` at entry.
+        state: ``"entered"``, ``"done"``, ``"timed out"`` or ``"failed"``.
+        phase: What an operation made of several steps was doing (set by :func:`annotate`).
+        thread: Identifier of the thread that entered it.
+    """
+
+    __slots__ = ("code", "offset", "op", "operand", "phase", "seq", "started", "state", "thread")
+
+    def __init__(
+        self, seq: int, op: str, operand: Any, code: CodeType | None, offset: int, thread: int
+    ) -> None:
+        self.seq = seq
+        self.op = op
+        self.operand = operand
+        self.code = code
+        self.offset = offset
+        self.started = time.monotonic()
+        self.state = ENTERED
+        self.phase = ""
+        self.thread = thread
+
+    @property
+    def filename(self) -> str:
+        """The caller's file."""
+        return "<unknown>" if self.code is None else self.code.co_filename
+
+    @property
+    def lineno(self) -> int:
+        """The caller's line."""
+        if self.code is None:
+            return 0
+        for start, end, line in self.code.co_lines():
+            if start <= self.offset < end and line is not None:
+                return line
+        return self.code.co_firstlineno
+
+    @property
+    def site(self) -> str:
+        """``train.py:42``: the caller's file name (without folders) and line."""
+        return f"{os.path.basename(self.filename)}:{self.lineno}"
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the process is (or was, when it failed) waiting inside this collective."""
+        return self.state in (ENTERED, TIMED_OUT)
+
+    def describe(self) -> str:
+        """``gather #57 (train.py:42)``, with the operand and phase when known."""
+        details = [self.site]
+        operand = describe_operand(self.operand)
+        if operand:
+            details.append(operand)
+        if self.phase:
+            details.append(self.phase)
+        return f"{self.op} #{self.seq} ({', '.join(details)})"
+
+    def __repr__(self) -> str:
+        return f"<CollectiveRecord {self.describe()} {self.state}>"
+
+
+def describe_operand(operand: Any) -> str:
+    """``float32[4, 3]`` for a ``(shape, dtype)`` pair; a type name as is; ``""`` for None."""
+    if operand is None:
+        return ""
+    if isinstance(operand, tuple) and len(operand) == 2 and isinstance(operand[1], torch.dtype):
+        shape, dtype = operand
+        return f"{str(dtype).removeprefix('torch.')}{list(shape)}"
+    return str(operand)
+
+
+def _operand(value: Any) -> Any:
+    """What is cheap to know about an operand: a tensor's shape and dtype, else a type name."""
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.dtype)
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        first = value[0]
+        return f"{type(value).__name__} of {len(value)}, first {describe_operand((first.shape, first.dtype))}"
+    return type(value).__name__
+
+
+class CollectiveRing:
+    """The last :data:`RING_SIZE` records of this process (one instance: :data:`RING`)."""
+
+    def __init__(self, size: int = RING_SIZE) -> None:
+        self.size = size
+        self.slots: list[CollectiveRecord | None] = [None] * size
+        self.counter = itertools.count(1)
+
+    def add(self, op: str, operand: Any, frame: FrameType | None) -> CollectiveRecord:
+        """Record entry into ``op``, called from ``frame`` (walked up to the user's code)."""
+        while frame is not None and _is_internal(frame.f_code):
+            frame = frame.f_back
+        seq = next(self.counter)  # atomic under the GIL: threads never share a number
+        if frame is None:
+            entry = CollectiveRecord(seq, op, operand, None, 0, threading.get_ident())
+        else:
+            entry = CollectiveRecord(
+                seq, op, operand, frame.f_code, frame.f_lasti, threading.get_ident()
+            )
+        self.slots[seq % self.size] = entry
+        return entry
+
+    def records(self) -> list[CollectiveRecord]:
+        """The kept records, oldest first."""
+        return sorted((entry for entry in self.slots if entry is not None), key=_seq)
+
+    def clear(self) -> None:
+        """Forget every record and restart numbering at 1."""
+        self.slots = [None] * self.size
+        self.counter = itertools.count(1)
+
+
+def _seq(entry: CollectiveRecord) -> int:
+    return entry.seq
+
+
+class _PerThread(threading.local):
+    current: CollectiveRecord | None = None  # the record in progress on this thread, if any
+
+
+RING = CollectiveRing()
+_local = _PerThread()
+
+# Files whose frames are skipped when looking for the caller: accel's packages and contextlib.
+_internal_prefixes: tuple[str, ...] = ()
+_internal_codes: dict[CodeType, bool] = {}
+
+
+def register_internal_package(path: str) -> None:
+    """Skip frames of files under ``path`` (a package folder) when finding the caller."""
+    global _internal_prefixes
+    folder = os.path.dirname(os.path.abspath(path)) if path.endswith(".py") else path
+    prefix = os.path.join(os.path.abspath(folder), "")
+    if prefix not in _internal_prefixes:
+        _internal_prefixes = (*_internal_prefixes, prefix)
+        _internal_codes.clear()
+
+
+def _is_internal(code: CodeType) -> bool:
+    known = _internal_codes.get(code)
+    if known is None:
+        filename = code.co_filename
+        known = filename.startswith(_internal_prefixes) or filename == contextlib.__file__
+        _internal_codes[code] = known
+    return known
+
+
+def current_record() -> CollectiveRecord | None:
+    """The record in progress on this thread, if any."""
+    return _local.current
+
+
+def annotate(phase: str) -> None:
+    """Say what the operation in progress on this thread is doing now (shown in reports)."""
+    entry = _local.current
+    if entry is not None:
+        entry.phase = phase
+
+
+def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
+    """Decorator: record each call of a collective as ``op``.
+
+    Args:
+        op: The name reports use.
+        operand: Describe the first argument (a tensor's shape and dtype) in the record.
+
+    Distributed failures inside are replaced by the errors of
+    :mod:`accel_ops.collective_errors`, which name the operation and the caller's line.
+    """
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _local.current is not None:
+                return function(*args, **kwargs)  # inside another record: part of it
+            described = _operand(args[0]) if operand and args else None
+            entry = RING.add(op, described, sys._getframe(1))
+            _local.current = entry
+            try:
+                result = function(*args, **kwargs)
+            except BaseException as error:  # noqa: BLE001 - re-raised, explained
+                _local.current = None
+                _raise_explained(error, entry)
+            _local.current = None
+            entry.state = DONE
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@contextlib.contextmanager
+def record(op: str, operand: Any = None) -> Iterator[CollectiveRecord | None]:
+    """Context manager: record the block as the collective ``op`` (see :func:`recorded`).
+
+    Yields the record, or None when nested in another one (then the block is part of that one).
+    """
+    if _local.current is not None:
+        yield None
+        return
+    entry = RING.add(op, _operand(operand), sys._getframe(2))
+    _local.current = entry
+    try:
+        yield entry
+    except BaseException as error:  # noqa: BLE001 - re-raised, explained
+        _local.current = None
+        _raise_explained(error, entry)
+    _local.current = None
+    entry.state = DONE
+
+
+def _raise_explained(error: BaseException, entry: CollectiveRecord) -> None:
+    """Raise ``error``, or the clearer error :func:`explain` makes of it."""
+    from accel_ops.collective_errors import explain
+
+    explained = explain(error, entry)
+    if explained is error:
+        raise error
+    raise explained from (None if entry.state == TIMED_OUT else error)
+
+
+def records() -> list[CollectiveRecord]:
+    """This process's recent records, oldest first."""
+    return RING.records()
+
+
+def position() -> CollectiveRecord | None:
+    """The record that says where this process is: the newest one it waits in, else the newest."""
+    kept = RING.records()
+    waiting = [entry for entry in kept if entry.waiting]
+    if waiting:
+        return waiting[-1]
+    return kept[-1] if kept else None
+
+
+def describe_position() -> str:
+    """``waits in gather #57 (train.py:42)``, ``last entered ...``, or ``""`` before any."""
+    entry = position()
+    if entry is None:
+        return ""
+    if entry.waiting:
+        return f"waits in {entry.describe()}"
+    if entry.state == FAILED:
+        return f"failed in {entry.describe()}"
+    return f"last entered {entry.describe()}"
+
+
+def reset_records() -> None:
+    """Forget every record of this process (tests)."""
+    RING.clear()
+    _local.current = None
+
+
+register_internal_package(os.path.dirname(os.path.abspath(__file__)))
+register_internal_package(
+    os.path.dirname(os.path.abspath(sys.modules["accel_state"].__file__ or ""))
+)
+register_reporter("collectives", describe_position)
