@@ -42,10 +42,15 @@ _SILENT = (
 
 
 def _is_distributed_error(error: BaseException) -> bool:
+    """Raised by torch.distributed itself: a ``DistError``, or gloo's plain ``RuntimeError``.
+
+    Subclasses of ``RuntimeError`` raised by libraries (accel-ckpt's own errors, out of memory)
+    carry their own explanation and pass through.
+    """
     dist_error = getattr(dist, "DistError", None)
     if dist_error is not None and isinstance(error, dist_error):
         return True
-    if not isinstance(error, RuntimeError):
+    if type(error) is not RuntimeError:
         return False
     text = str(error)
     return bool(_TIMEOUT.search(text)) or is_secondary_failure(text)
