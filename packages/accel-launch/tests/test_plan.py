@@ -355,3 +355,14 @@ def test_workers_run_through_the_failure_recorder_only_under_the_elastic_agent()
     assert recorded[2].endswith("_failure_recorder.py")
     assert recorded[3:] == [SCRIPT, "out", "--lr", "3"]
     assert plan.python_command()[1:] == ["-u", SCRIPT, "out", "--lr", "3"]
+
+
+def test_collective_timeout_reaches_the_workers_from_the_flag_or_the_file():
+    plan = plan_for("--cpu", "--num_processes", "2", "--collective_timeout", "7.5")
+    assert plan.env["ACCEL_PROCESS_GROUP_TIMEOUT"] == "7.5"
+    assert LaunchContract.from_env(plan.env).process_group_timeout == 7.5
+    from_file = plan_for("--cpu", config=AccelConfig(collective_timeout=40))
+    assert from_file.contract.process_group_timeout == 40.0
+    assert "ACCEL_PROCESS_GROUP_TIMEOUT" not in plan_for("--cpu").env  # the default applies
+    with pytest.raises(ConfigError, match="collective_timeout"):
+        plan_for("--cpu", "--collective_timeout", "0")
