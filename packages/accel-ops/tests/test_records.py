@@ -22,7 +22,9 @@ def fresh_ring():
 def _line_of(marker: str) -> int:
     """The line of this file holding ``marker`` (where a collective is called)."""
     lines = pathlib.Path(__file__).read_text().splitlines()
-    return next(number for number, text in enumerate(lines, 1) if marker in text and "_line_of" not in text)
+    return next(
+        number for number, text in enumerate(lines, 1) if marker in text and "_line_of" not in text
+    )
 
 
 def test_each_collective_is_recorded_with_its_operand_and_the_callers_line():

@@ -56,7 +56,7 @@ from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
 from accel_ckpt.xla import materialize_pending
-from accel_ops.records import recorded
+from accel_ops.records import current_record, record, recorded
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +293,13 @@ def save_state(
         return final
     if project_config is not None:  # the next save needs the next number before this one ends
         project_config.iteration += 1
-    return AsyncSave(final, saver.finish)
+    origin = current_record()
+
+    def finish_in_background() -> Path:
+        with record("save_state (background)", site_of=origin):
+            return saver.finish()
+
+    return AsyncSave(final, finish_in_background)
 
 
 @recorded("load_state", operand=False)

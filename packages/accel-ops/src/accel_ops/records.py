@@ -249,8 +249,16 @@ def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
 
 
 @contextlib.contextmanager
-def record(op: str, operand: Any = None) -> Iterator[CollectiveRecord | None]:
+def record(
+    op: str, operand: Any = None, *, site_of: CollectiveRecord | None = None
+) -> Iterator[CollectiveRecord | None]:
     """Context manager: record the block as the collective ``op`` (see :func:`recorded`).
+
+    Args:
+        op: The name reports use.
+        operand: The tensor (or object) the block communicates, described cheaply.
+        site_of: Take the caller's line from this record instead of the stack (a background
+            thread finishing what the main thread started).
 
     Yields the record, or None when nested in another one (then the block is part of that one).
     """
@@ -258,6 +266,8 @@ def record(op: str, operand: Any = None) -> Iterator[CollectiveRecord | None]:
         yield None
         return
     entry = RING.add(op, _operand(operand), sys._getframe(2))
+    if site_of is not None:
+        entry.code, entry.offset = site_of.code, site_of.offset
     _local.current = entry
     try:
         yield entry
