@@ -14,6 +14,7 @@ recorded too: SIGTERM raises :class:`Terminated` in the script, unless the scrip
 SIGTERM itself (``accelerator.should_stop`` does). It imports the standard library only.
 """
 
+import contextlib
 import json
 import os
 import runpy
@@ -29,6 +30,12 @@ TIMESTAMP_KEY = "accel_timestamp"
 #: Key under ``extraInfo`` holding where the worker's collectives were (the same string as
 #: ``accel_state.contract.COLLECTIVES_KEY``; this file cannot import it).
 COLLECTIVES_KEY = "accel_collectives"
+
+
+#: After a collective timeout, how long a failed worker waits before exiting: the launcher stops
+#: every other worker as soon as one exits, and the others, which timed out at about the same
+#: moment, need that long to print their own error.
+PEER_GRACE_SECONDS = 1.0
 
 
 class Terminated(SystemExit):
@@ -89,6 +96,14 @@ def run(argv: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def _linger() -> None:
+    """Give peers that timed out in the same hang a moment to print their errors, then exit."""
+    sys.stderr.flush()
+    # A peer may exit first and the launcher stop this worker: it has reported already.
+    with contextlib.suppress(Terminated):
+        time.sleep(PEER_GRACE_SECONDS)
+
+
 def _where(error: BaseException) -> str:
     """``train.py:42``: the innermost frame of the script's own folder where ``error`` was raised."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -134,6 +149,8 @@ def main() -> None:
         record(error, time.time())
         trimmed = error.with_traceback(_script_frames(error))  # Python prints __traceback__
         sys.excepthook(type(trimmed), trimmed, trimmed.__traceback__)
+        if _reports().get("collectives", "").startswith("waits in"):
+            _linger()
         sys.exit(1)
     except BaseException as error:  # KeyboardInterrupt and friends keep Python's own handling
         record(error, time.time())
