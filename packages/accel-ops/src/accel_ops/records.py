@@ -57,14 +57,11 @@ class CollectiveRecord:
         started: ``time.monotonic()`` at entry.
         state: ``"entered"``, ``"done"``, ``"timed out"`` or ``"failed"``.
         phase: What an operation made of several steps was doing (set by :func:`annotate`).
-        thread: Identifier of the thread that entered it.
     """
 
-    __slots__ = ("code", "offset", "op", "operand", "phase", "seq", "started", "state", "thread")
+    __slots__ = ("code", "offset", "op", "operand", "phase", "seq", "started", "state")
 
-    def __init__(
-        self, seq: int, op: str, operand: Any, code: CodeType | None, offset: int, thread: int
-    ) -> None:
+    def __init__(self, seq: int, op: str, operand: Any, code: CodeType | None, offset: int) -> None:
         self.seq = seq
         self.op = op
         self.operand = operand
@@ -73,7 +70,6 @@ class CollectiveRecord:
         self.started = time.monotonic()
         self.state = ENTERED
         self.phase = ""
-        self.thread = thread
 
     @property
     def filename(self) -> str:
@@ -150,11 +146,9 @@ class CollectiveRing:
             frame = frame.f_back
         seq = next(self.counter)  # atomic under the GIL: threads never share a number
         if frame is None:
-            entry = CollectiveRecord(seq, op, operand, None, 0, threading.get_ident())
+            entry = CollectiveRecord(seq, op, operand, None, 0)
         else:
-            entry = CollectiveRecord(
-                seq, op, operand, frame.f_code, frame.f_lasti, threading.get_ident()
-            )
+            entry = CollectiveRecord(seq, op, operand, frame.f_code, frame.f_lasti)
         self.slots[seq % self.size] = entry
         return entry
 

@@ -119,6 +119,7 @@ class FaultTolerance:
         """
         self._backward_calls += 1
         if self._backward_calls == 2:
-            self.state.lower_timeouts()
+            with record("wait_for_everyone (lowering the timeouts after the first step)"):
+                self.state.lower_timeouts()
         with record("backward", loss):
             yield
