@@ -2,8 +2,7 @@
 
 Run it on 2 CPU processes, with up to 3 automatic restarts of the workers:
 
-    accel launch --cpu --num_processes 2 --max_restarts 3 \\
-        examples/by_feature/fault_tolerance.py --project_dir runs/ft
+    accel launch --cpu --num_processes 2 --max_restarts 3 examples/by_feature/fault_tolerance.py
 
 It works the same under FSDP (``--use_fsdp``) and DeepSpeed (``--use_deepspeed --zero_stage 2``).
 
@@ -47,9 +46,11 @@ class Progress:
         self.step = 0
 
     def state_dict(self) -> dict[str, int]:
+        """What ``save_state`` stores for it."""
         return {"epoch": self.epoch, "step": self.step}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore it from what ``load_state`` read."""
         self.epoch, self.step = state["epoch"], state["step"]
 
 
