@@ -68,7 +68,7 @@ def explain(error: BaseException, entry: CollectiveRecord) -> BaseException:
     rank, world_size = _rank_and_size()
     waited = time.monotonic() - entry.started
     backend_says = _first_line(str(error))
-    if _TIMEOUT.search(str(error)):
+    if _TIMEOUT.search(str(error)) or _peer_timed_out_first(waited):
         entry.state = TIMED_OUT
         positions = exchange_positions(rank, world_size, describe_position())
         return CollectiveTimeoutError(
@@ -145,6 +145,25 @@ def _without_transport_phrases(text: str) -> str:
         r"\2 timed out after \1 ms",
         text,
     )
+
+
+def _timeout_seconds() -> float | None:
+    """The collective timeout in force, as accel-state set it (None when it did not start the group)."""
+    from accel_state.shared import shared_dict
+
+    timeout = shared_dict("PartialState").get("timeout")
+    return None if timeout is None else float(timeout.total_seconds())
+
+
+def _peer_timed_out_first(waited: float) -> bool:
+    """Whether a closed connection after this long means a peer gave up on the same hang.
+
+    gloo closes the connection of a collective that times out, so of two ranks stuck in the same
+    hang, the one whose timeout fires first makes the other fail with "Connection closed by
+    peer" an instant before its own timeout would have: that rank timed out too.
+    """
+    timeout = _timeout_seconds()
+    return timeout is not None and waited >= 0.5 * timeout
 
 
 def _rank_and_size() -> tuple[int, int]:
