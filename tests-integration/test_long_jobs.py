@@ -190,5 +190,5 @@ def test_save_state_on_the_main_process_only_is_a_clear_error_on_every_rank(tmp_
     advice = "call save_state on every process, not only under `if accelerator.is_main_process:`"
     for rank in (0, 1):
         assert f"[rank{rank}]: save_state is collective: {advice}" in result.stderr, rank
-    assert "rank 0 waits in save_state #4 (saves_on_main_only.py:" in result.stderr
+    assert re.search(r"rank 0 waits in save_state #\d+ \(saves_on_main_only\.py:", result.stderr)
     assert not (tmp_path / "project" / "checkpoints").exists()  # nothing half-written

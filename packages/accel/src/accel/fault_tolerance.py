@@ -118,7 +118,7 @@ class FaultTolerance:
         process, so that is where every process lowers its timeout together.
         """
         self._backward_calls += 1
-        if self._backward_calls == 2:
+        if self._backward_calls == 2 and self.state.timeout > self.state.collective_timeout:
             with record("wait_for_everyone (lowering the timeouts after the first step)"):
                 self.state.lower_timeouts()
         with record("backward", loss):
