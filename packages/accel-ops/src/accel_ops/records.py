@@ -45,12 +45,15 @@ ENTERED, DONE, TIMED_OUT, FAILED = "entered", "done", "timed out", "failed"
 
 
 class CollectiveRecord:
-    """One collective this process entered.
+    """One collective this process entered (a slot of the ring, reused when the ring wraps).
 
     Attributes:
-        seq: This process's sequence number (1, 2, ...), over every recorded operation.
+        seq: This process's sequence number (1, 2, ...), over every recorded operation; 0 for
+            a slot never used.
         op: Operation name, e.g. ``"gather"`` or ``"save_state"``.
-        operand: A cheap description of the operand: ``(shape, dtype)``, a type name, or None.
+        shape: The operand's shape when it is a tensor (else None).
+        dtype: The operand's dtype when it is a tensor (else None).
+        kind: A short description of a non-tensor operand (a type name), else None.
         code: The code object of the caller's frame (None when unknown).
         offset: The caller's bytecode offset in ``code``; :attr:`lineno` is worked out from it
             only when a report asks (a frame's line number costs more than the whole record).
@@ -59,16 +62,29 @@ class CollectiveRecord:
         phase: What an operation made of several steps was doing (set by :func:`annotate`).
     """
 
-    __slots__ = ("code", "offset", "op", "operand", "phase", "seq", "started", "state")
+    __slots__ = (
+        "code",
+        "dtype",
+        "kind",
+        "offset",
+        "op",
+        "phase",
+        "seq",
+        "shape",
+        "started",
+        "state",
+    )
 
-    def __init__(self, seq: int, op: str, operand: Any, code: CodeType | None, offset: int) -> None:
-        self.seq = seq
-        self.op = op
-        self.operand = operand
-        self.code = code
-        self.offset = offset
-        self.started = time.monotonic()
-        self.state = ENTERED
+    def __init__(self) -> None:
+        self.seq = 0
+        self.op = ""
+        self.shape: torch.Size | None = None
+        self.dtype: torch.dtype | None = None
+        self.kind: str | None = None
+        self.code: CodeType | None = None
+        self.offset = 0
+        self.started = 0.0
+        self.state = DONE
         self.phase = ""
 
     @property
@@ -96,12 +112,18 @@ class CollectiveRecord:
         """Whether the process is (or was, when it failed) waiting inside this collective."""
         return self.state in (ENTERED, TIMED_OUT)
 
+    @property
+    def operand(self) -> str:
+        """``float32[4, 3]`` for a tensor, a type name for anything else, ``""`` for nothing."""
+        if self.shape is not None and self.dtype is not None:
+            return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
+        return self.kind or ""
+
     def describe(self) -> str:
-        """``gather #57 (train.py:42)``, with the operand and phase when known."""
+        """``gather #57 (train.py:42, float32[4])``, with the phase when known."""
         details = [self.site]
-        operand = describe_operand(self.operand)
-        if operand:
-            details.append(operand)
+        if self.operand:
+            details.append(self.operand)
         if self.phase:
             details.append(self.phase)
         return f"{self.op} #{self.seq} ({', '.join(details)})"
@@ -110,55 +132,58 @@ class CollectiveRecord:
         return f"<CollectiveRecord {self.describe()} {self.state}>"
 
 
-def describe_operand(operand: Any) -> str:
-    """``float32[4, 3]`` for a ``(shape, dtype)`` pair; a type name as is; ``""`` for None."""
-    if operand is None:
-        return ""
-    if isinstance(operand, tuple) and len(operand) == 2 and isinstance(operand[1], torch.dtype):
-        shape, dtype = operand
-        return f"{str(dtype).removeprefix('torch.')}{list(shape)}"
-    return str(operand)
-
-
-def _operand(value: Any) -> Any:
-    """What is cheap to know about an operand: a tensor's shape and dtype, else a type name."""
-    if isinstance(value, torch.Tensor):
-        return (value.shape, value.dtype)
+def _kind(value: Any) -> str | None:
+    """A short description of a non-tensor operand (a list of tensors is described by its first)."""
     if value is None:
         return None
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
         first = value[0]
-        return f"{type(value).__name__} of {len(value)}, first {describe_operand((first.shape, first.dtype))}"
+        dtype = str(first.dtype).removeprefix("torch.")
+        return f"{type(value).__name__} of {len(value)}, first {dtype}{list(first.shape)}"
     return type(value).__name__
 
 
 class CollectiveRing:
-    """The last :data:`RING_SIZE` records of this process (one instance: :data:`RING`)."""
+    """The last :data:`RING_SIZE` records of this process (one instance: :data:`RING`).
+
+    The slots are made once and overwritten in turn: a record writes a few fields of an object
+    that already exists, which matters right after a large collective has pushed everything
+    else out of the CPU caches.
+    """
 
     def __init__(self, size: int = RING_SIZE) -> None:
         self.size = size
-        self.slots: list[CollectiveRecord | None] = [None] * size
+        self.slots = [CollectiveRecord() for _ in range(size)]
         self.counter = itertools.count(1)
 
     def add(self, op: str, operand: Any, frame: FrameType | None) -> CollectiveRecord:
-        """Record entry into ``op``, called from ``frame`` (walked up to the user's code)."""
+        """Record entry into ``op``, called from ``frame`` (walked up to the user's code).
+
+        ``operand`` is the tensor (or object) communicated; only cheap facts are kept.
+        """
         while frame is not None and _is_internal(frame.f_code):
             frame = frame.f_back
         seq = next(self.counter)  # atomic under the GIL: threads never share a number
-        if frame is None:
-            entry = CollectiveRecord(seq, op, operand, None, 0)
+        entry = self.slots[seq % self.size]
+        entry.seq, entry.op, entry.state, entry.phase = seq, op, ENTERED, ""
+        entry.started = time.monotonic()
+        if isinstance(operand, torch.Tensor):
+            entry.shape, entry.dtype, entry.kind = operand.shape, operand.dtype, None
         else:
-            entry = CollectiveRecord(seq, op, operand, frame.f_code, frame.f_lasti)
-        self.slots[seq % self.size] = entry
+            entry.shape, entry.dtype, entry.kind = None, None, _kind(operand)
+        if frame is None:
+            entry.code, entry.offset = None, 0
+        else:
+            entry.code, entry.offset = frame.f_code, frame.f_lasti
         return entry
 
     def records(self) -> list[CollectiveRecord]:
         """The kept records, oldest first."""
-        return sorted((entry for entry in self.slots if entry is not None), key=_seq)
+        return sorted((entry for entry in self.slots if entry.seq), key=_seq)
 
     def clear(self) -> None:
         """Forget every record and restart numbering at 1."""
-        self.slots = [None] * self.size
+        self.slots = [CollectiveRecord() for _ in range(self.size)]
         self.counter = itertools.count(1)
 
 
@@ -225,8 +250,8 @@ def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if _local.current is not None:
                 return function(*args, **kwargs)  # inside another record: part of it
-            described = _operand(args[0]) if operand and args else None
-            entry = RING.add(op, described, sys._getframe(1))
+            entry = RING.add(op, args[0] if operand and args else None, sys._getframe(1))
+            seq = entry.seq
             _local.current = entry
             try:
                 result = function(*args, **kwargs)
@@ -234,7 +259,8 @@ def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
                 _local.current = None
                 _raise_explained(error, entry)
             _local.current = None
-            entry.state = DONE
+            if entry.seq == seq:  # the slot was not taken over meanwhile (ring wrapped)
+                entry.state = DONE
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -259,7 +285,8 @@ def record(
     if _local.current is not None:
         yield None
         return
-    entry = RING.add(op, _operand(operand), sys._getframe(2))
+    entry = RING.add(op, operand, sys._getframe(2))
+    seq = entry.seq
     if site_of is not None:
         entry.code, entry.offset = site_of.code, site_of.offset
     _local.current = entry
@@ -269,7 +296,8 @@ def record(
         _local.current = None
         _raise_explained(error, entry)
     _local.current = None
-    entry.state = DONE
+    if entry.seq == seq:
+        entry.state = DONE
 
 
 def _raise_explained(error: BaseException, entry: CollectiveRecord) -> None:
