@@ -294,9 +294,10 @@ def save_state(
     if project_config is not None:  # the next save needs the next number before this one ends
         project_config.iteration += 1
     origin = current_record()
+    site = origin.site_key if origin is not None else None
 
     def finish_in_background() -> Path:
-        with record("save_state (background)", site_of=origin):
+        with record("save_state (background)", site=site):
             return saver.finish()
 
     return AsyncSave(final, finish_in_background)

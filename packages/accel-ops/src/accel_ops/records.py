@@ -103,6 +103,11 @@ class CollectiveRecord:
         return self.code.co_firstlineno
 
     @property
+    def site_key(self) -> tuple[CodeType | None, int]:
+        """The caller's ``(code, offset)``, to record later work at the same line."""
+        return self.code, self.offset
+
+    @property
     def site(self) -> str:
         """``train.py:42``: the caller's file name (without folders) and line."""
         return f"{os.path.basename(self.filename)}:{self.lineno}"
@@ -270,15 +275,16 @@ def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
 
 @contextlib.contextmanager
 def record(
-    op: str, operand: Any = None, *, site_of: CollectiveRecord | None = None
+    op: str, operand: Any = None, *, site: tuple[CodeType | None, int] | None = None
 ) -> Iterator[CollectiveRecord | None]:
     """Context manager: record the block as the collective ``op`` (see :func:`recorded`).
 
     Args:
         op: The name reports use.
         operand: The tensor (or object) the block communicates, described cheaply.
-        site_of: Take the caller's line from this record instead of the stack (a background
-            thread finishing what the main thread started).
+        site: The caller's ``(code, offset)`` to use instead of the stack's (a background thread
+            finishing what the main thread started: :attr:`CollectiveRecord.site_key` of its
+            record).
 
     Yields the record, or None when nested in another one (then the block is part of that one).
     """
@@ -287,8 +293,8 @@ def record(
         return
     entry = RING.add(op, operand, sys._getframe(2))
     seq = entry.seq
-    if site_of is not None:
-        entry.code, entry.offset = site_of.code, site_of.offset
+    if site is not None:
+        entry.code, entry.offset = site
     _local.current = entry
     try:
         yield entry
