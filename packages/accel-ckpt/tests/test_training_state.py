@@ -18,6 +18,7 @@ from accel_ckpt import (
     CorruptCheckpointError,
     IncompleteCheckpointError,
     InvalidArgumentError,
+    PathEscapeError,
     ProjectConfiguration,
     UnsupportedValueError,
     file_jobs,
@@ -317,18 +318,26 @@ def test_sharded_states_may_report_their_files_size_and_checksum(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("report", "words"),
+    ("report", "error", "words"),
     [
-        (["part.json"], "save() returned list"),
-        ({"../part.json": (5, 0)}, "stay inside it"),
-        ({"/abs/part.json": (5, 0)}, "stay inside it"),
-        ({"part.json": "5 bytes"}, "(size, crc32) pair"),
-        ({"part.json": (999, 0)}, "reported s/part.json with 999 bytes, but the file has 5"),
-        ({"missing.bin": (3, 0)}, "s/missing.bin with 3 bytes, but the file does not exist"),
+        (["part.json"], InvalidArgumentError, "save() returned list"),
+        ({"../part.json": (5, 0)}, PathEscapeError, "climbs out of the folder"),
+        ({"/abs/part.json": (5, 0)}, PathEscapeError, "an absolute path"),
+        ({"part.json": "5 bytes"}, InvalidArgumentError, "(size, crc32) pair"),
+        (
+            {"part.json": (999, 0)},
+            InvalidArgumentError,
+            "reported s/part.json with 999 bytes, but the file has 5",
+        ),
+        (
+            {"missing.bin": (3, 0)},
+            InvalidArgumentError,
+            "s/missing.bin with 3 bytes, but the file does not exist",
+        ),
     ],
 )
-def test_a_wrong_report_from_a_sharded_state_is_refused(tmp_path, report, words):
-    with pytest.raises(InvalidArgumentError, match=re.escape(words)):
+def test_a_wrong_report_from_a_sharded_state_is_refused(tmp_path, report, error, words):
+    with pytest.raises(error, match=re.escape(words)):
         save_state(tmp_path / "ckpt", sharded_states=[_ReportingState("s", 12345, report)])
     assert list(tmp_path.iterdir()) == []  # nothing published, no temporary folder left
 

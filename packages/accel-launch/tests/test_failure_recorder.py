@@ -99,3 +99,10 @@ def test_module_mode_runs_the_module_as_main(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith("__main__ [")
     assert result.stdout.strip().endswith("'x']")
+
+
+def test_the_recorder_writes_the_contracts_collectives_key():
+    from accel_launch import _failure_recorder
+    from accel_state.contract import COLLECTIVES_KEY
+
+    assert _failure_recorder.COLLECTIVES_KEY == COLLECTIVES_KEY  # the recorder cannot import it

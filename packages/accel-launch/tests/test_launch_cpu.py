@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, read_pids, run, wait_dead
 
-from accel_state.contract import MIXED_PRECISION, USE_CPU
+from accel_state.contract import MIXED_PRECISION, REQUEUE_EXIT_CODE, USE_CPU
 from accel_state.testing import find_free_port
 
 
@@ -173,8 +173,8 @@ def test_sigterm_stops_every_worker(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "stopped by SIGTERM" in err
+    assert proc.returncode == REQUEUE_EXIT_CODE, err  # preemption: asks for a requeue
+    assert "got SIGTERM" in err
     assert wait_dead(pids, 5) == []
 
 
@@ -281,7 +281,7 @@ def test_single_process_sigterm_is_passed_on(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == REQUEUE_EXIT_CODE  # SIGTERM means preemption: requeue
     assert wait_dead(pids, 5) == []
 
 
@@ -356,3 +356,53 @@ def test_workers_die_when_the_launcher_is_killed_with_sigkill(tmp_path, processe
         for pid in read_pids(tmp_path):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_failure_summary_puts_every_ranks_position_side_by_side(tmp_path):
+    result = run(
+        accel_cmd(
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "2",
+            str(SCRIPTS / "reports_position.py"),
+            str(tmp_path),
+        ),
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert (
+        "Where the ranks were: rank 0 waits in fake_op #10 (reports_position.py:0); "
+        "rank 1 waits in fake_op #11 (reports_position.py:1)"
+    ) in result.stderr
+    # Rank 1 was stopped by the launcher's SIGTERM: its error file was still written.
+    assert "stopped by SIGTERM" in result.stderr and "reports_position.py:" in result.stderr
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigterm_reaches_every_worker_which_saves_and_the_launcher_asks_for_a_requeue(
+    tmp_path, processes
+):
+    count = ["--num_processes", str(processes)] if processes > 1 else []
+    proc = subprocess.Popen(
+        accel_cmd("launch", "--cpu", *count, str(SCRIPTS / "preemptible.py"), str(tmp_path)),
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_pids(tmp_path)) < processes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(read_pids(tmp_path)) == processes
+        proc.send_signal(signal.SIGTERM)  # what a scheduler sends before it kills the job
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == REQUEUE_EXIT_CODE, err
+    assert "requeue" in err
+    saved = sorted(path.read_text() for path in tmp_path.glob("saved*"))
+    assert saved == ["saved after SIGTERM"] * processes

@@ -419,3 +419,14 @@ def test_fp8_settings_without_fp8_are_reported_and_bad_values_refused():
     assert any("fp8_backend" in note and "--mixed_precision fp8" in note for note in plan.notes)
     with pytest.raises(ConfigError, match="fp8_override_linear_precision"):
         plan_for("--mixed_precision", "fp8", "--fp8_override_linear_precision", "true,false")
+
+
+def test_collective_timeout_reaches_the_workers_from_the_flag_or_the_file():
+    plan = plan_for("--cpu", "--num_processes", "2", "--collective_timeout", "7.5")
+    assert plan.env["ACCEL_PROCESS_GROUP_TIMEOUT"] == "7.5"
+    assert LaunchContract.from_env(plan.env).process_group_timeout == 7.5
+    from_file = plan_for("--cpu", config=AccelConfig(collective_timeout=40))
+    assert from_file.contract.process_group_timeout == 40.0
+    assert "ACCEL_PROCESS_GROUP_TIMEOUT" not in plan_for("--cpu").env  # the default applies
+    with pytest.raises(ConfigError, match="collective_timeout"):
+        plan_for("--cpu", "--collective_timeout", "0")

@@ -341,3 +341,30 @@ def keyword_worker():
         ).tolist(),
     }
     return {"rank": rank, "world_size": world_size, **out}
+
+
+def skipped_collective_worker(operation: str) -> dict:
+    """Rank 1 skips ``operation`` and goes on to the next reduce: both ranks must time out.
+
+    Returns what each rank's error says, and how long it waited (the group timeout is 3 s).
+    """
+    from accel_state import PartialState
+
+    rank = PartialState().process_index
+    accel_ops.reduce(torch.ones(2))
+    entered = time.monotonic()
+    try:
+        if rank == 0 and operation == "gather":
+            accel_ops.gather(torch.ones(4))  # rank 0: gather
+        elif rank == 0:
+            accel_ops.gather_object([rank])  # rank 0: gather_object
+        else:
+            accel_ops.reduce(torch.ones(3))  # rank 1: skipped it
+    except accel_ops.CollectiveTimeoutError as error:
+        return {
+            "message": str(error),
+            "descriptions": error.descriptions,
+            "seconds": time.monotonic() - entered,
+            "cause": repr(error.__cause__),
+        }
+    return {"message": None}

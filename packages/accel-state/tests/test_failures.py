@@ -52,3 +52,25 @@ def test_only_consequences_gives_the_earliest_and_ties_go_to_the_lower_rank():
 def test_no_failures_is_a_clear_error():
     with pytest.raises(ValueError, match="at least one failure"):
         first_failure([])
+
+
+def test_reporters_describe_the_process_and_one_that_raises_is_left_out():
+    from accel_state import failures
+
+    def broken() -> str:
+        raise RuntimeError("a report must not mask the failure")
+
+    failures.register_reporter("test-position", lambda: "waits in gather #3 (train.py:9)")
+    failures.register_reporter("test-broken", broken)
+    failures.register_reporter("test-silent", lambda: "")
+    try:
+        reports = failures.failure_reports()
+        assert reports["test-position"] == "waits in gather #3 (train.py:9)"
+        assert "test-broken" not in reports and "test-silent" not in reports
+    finally:
+        for name in ("test-position", "test-broken", "test-silent"):
+            failures._REPORTERS.pop(name)
+
+
+def test_a_worker_stopped_by_the_launcher_is_a_consequence():
+    assert is_secondary_failure("Terminated: stopped by SIGTERM (the launcher stops every worker)")

@@ -150,3 +150,27 @@ def test_debug_is_settable_and_accelerates_variable_is_read(monkeypatch):
     assert state.debug is True
     state.debug = False
     assert PartialState().debug is False
+
+
+def test_timeouts_default_to_ten_minutes_then_five_and_an_explicit_one_stays():
+    import datetime
+
+    from accel_state.process_group import resolve_timeout
+
+    default = resolve_timeout(None, None)
+    assert (default.startup, default.collective, default.explicit) == (
+        datetime.timedelta(minutes=10),
+        datetime.timedelta(minutes=5),
+        False,
+    )
+    from_env = resolve_timeout(None, 12.5)
+    assert from_env.startup == from_env.collective == datetime.timedelta(seconds=12.5)
+    assert resolve_timeout(datetime.timedelta(hours=2), 12.5).collective.total_seconds() == 7200
+    state = PartialState(timeout=42)
+    assert state.timeout.total_seconds() == state.collective_timeout.total_seconds() == 42
+    assert state.lower_timeouts() is False and state.timeout.total_seconds() == 42
+
+
+def test_restart_count_is_read_from_torch_elastic(monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "3")
+    assert PartialState().restart_count == 3

@@ -93,3 +93,35 @@ def gather_for_metrics_run(n: int, batch_size: int, as_objects: bool) -> list:
         else:
             collected.extend(accelerator.gather_for_metrics({"i": batch})["i"].tolist())
     return collected
+
+
+def timeouts_around_the_first_step(explicit: bool) -> dict:
+    """The gloo timeouts of the default and the checkpoint group before and after the first step."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from accel import InitProcessGroupKwargs
+    from accel_ckpt._coordination import _checkpoint_group
+
+    handlers = [InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=42))] if explicit else []
+    accelerator = Accelerator(kwargs_handlers=handlers)
+    model, optimizer = accelerator.prepare(
+        make_model(), torch.optim.SGD(make_model().parameters(), lr=0.1)
+    )
+
+    def seconds(group: object) -> float:
+        return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()  # type: ignore[attr-defined]
+
+    checkpoint_group = _checkpoint_group(accelerator.state.partial.timeout)
+    before = (seconds(dist.group.WORLD), seconds(checkpoint_group))
+    for _ in range(3):
+        accelerator.backward(model(torch.ones(2, FEATURES)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+    after = (seconds(dist.group.WORLD), seconds(checkpoint_group))
+    return {
+        "before": before,
+        "after": after,
+        "state": accelerator.state.partial.timeout.total_seconds(),
+    }

@@ -7,6 +7,8 @@ Example:
 
 """
 
+import os as _os
+
 from accel_ckpt.__about__ import __version__
 from accel_ckpt.accelerate_import import is_accelerate_checkpoint
 from accel_ckpt.async_save import AsyncSave, release_staging_memory, wait_for_pending_saves
@@ -30,6 +32,7 @@ from accel_ckpt.errors import (
     AccelCkptError,
     AsyncSaveError,
     CheckpointContentsError,
+    CheckpointDiskFullError,
     CheckpointExistsError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -39,6 +42,7 @@ from accel_ckpt.errors import (
     IncompleteCheckpointError,
     InsufficientMemoryError,
     InvalidArgumentError,
+    PathEscapeError,
     StateDictMismatchError,
     UnsafeCheckpointError,
     UnsupportedValueError,
@@ -65,6 +69,7 @@ from accel_ckpt.sharding import (
 from accel_ckpt.sizes import parse_size
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
 from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
+from accel_ops.records import register_internal_package
 
 __all__ = [
     "__version__",
@@ -121,6 +126,7 @@ __all__ = [
     "AccelCkptError",
     "AsyncSaveError",
     "CheckpointContentsError",
+    "CheckpointDiskFullError",
     "CheckpointExistsError",
     "CheckpointNotFoundError",
     "CorruptCheckpointError",
@@ -130,7 +136,11 @@ __all__ = [
     "DistributedCheckpointError",
     "IncompleteCheckpointError",
     "InvalidArgumentError",
+    "PathEscapeError",
     "StateDictMismatchError",
     "UnsafeCheckpointError",
     "UnsupportedValueError",
 ]
+
+# Collective records name the caller's line, skipping this package's frames.
+register_internal_package(_os.path.dirname(_os.path.abspath(__file__)))

@@ -8,6 +8,7 @@ process raise instead of leaving the others waiting in a barrier.
 
 from __future__ import annotations
 
+import datetime
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import torch.distributed as dist
 
 from accel_ckpt.errors import DistributedCheckpointError
 from accel_ops import gather_objects_by_rank
+from accel_ops.records import annotate
 
 T = TypeVar("T")
 # Weak references to (default group, checkpoint group): torch's registry owns both until
@@ -25,7 +27,7 @@ T = TypeVar("T")
 _GROUP: list[weakref.ref[Any]] = []
 
 
-def _checkpoint_group() -> Any:
+def _checkpoint_group(timeout: datetime.timedelta | None = None) -> Any:
     if not (dist.is_available() and dist.is_initialized()):
         raise DistributedCheckpointError(
             "Several processes are running but torch.distributed is not initialised; create "
@@ -36,7 +38,9 @@ def _checkpoint_group() -> Any:
         group = _GROUP[1]()
         if group is not None:
             return group
-    group = dist.new_group(backend="gloo")
+    # Creating the group is itself collective: a process that saves alone waits here, for the
+    # job's collective timeout (not torch's 30-minute default), and then says so.
+    group = dist.new_group(backend="gloo", timeout=timeout)
     _GROUP[:] = [weakref.ref(world), weakref.ref(group)]
     return group
 
@@ -61,12 +65,19 @@ class Coordinator:
 
     """
 
-    def __init__(self, rank: int, world_size: int, local_rank: int, node_rank: int) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        local_rank: int,
+        node_rank: int,
+        timeout: datetime.timedelta | None = None,
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
         self.node_rank = node_rank
-        self._group = _checkpoint_group() if world_size > 1 else None
+        self._group = _checkpoint_group(timeout) if world_size > 1 else None
 
     @classmethod
     def current(cls) -> Coordinator:
@@ -75,7 +86,11 @@ class Coordinator:
 
         state = PartialState()
         return cls(
-            state.process_index, state.num_processes, state.local_process_index, state.node_rank
+            state.process_index,
+            state.num_processes,
+            state.local_process_index,
+            state.node_rank,
+            timeout=state.timeout if state.use_distributed else None,
         )
 
     def all_gather(self, value: Any) -> list[Any]:
@@ -101,6 +116,7 @@ class Coordinator:
         The process whose ``function`` failed re-raises its own exception; the others raise
         :class:`DistributedCheckpointError` naming it.
         """
+        annotate(name)
         local_error: Exception | None = None
         try:
             outcome = Outcome(True, function())

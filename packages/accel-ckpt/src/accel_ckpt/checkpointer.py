@@ -13,10 +13,11 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from accel_ckpt.async_save import AsyncSave, wait_for_pending_saves
-from accel_ckpt.errors import InvalidArgumentError
+from accel_ckpt.errors import CheckpointNotFoundError, InvalidArgumentError
 from accel_ckpt.model_io import save_model
 from accel_ckpt.project import ProjectConfiguration
 from accel_ckpt.sharded_state import ShardedState
+from accel_ckpt.state_reader import resolve_input_dir
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
 from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
 
@@ -149,6 +150,26 @@ class Checkpointer:
             unwrap=self.unwrap,
             allow_pickle=self.allow_pickle if allow_pickle is None else allow_pickle,
         )
+
+    def latest_checkpoint(self) -> Path | None:
+        """The checkpoint ``load_state()`` without a folder loads, or None when there is none yet.
+
+        That is the newest complete ``checkpoint_<i>`` under ``project_dir/checkpoints`` (one
+        whose save was interrupted is skipped). With it a script resumes the same way on its
+        first start and on every restart::
+
+            if checkpointer.latest_checkpoint() is not None:
+                checkpointer.load_state(models=[model], optimizers=[optimizer])
+
+        Every process must see the same folder (a shared file system), or they disagree.
+
+        Raises:
+            InvalidArgumentError: Automatic checkpoint naming is off (then no folder is "newest").
+        """
+        try:
+            return resolve_input_dir(None, self.project_config)
+        except CheckpointNotFoundError:
+            return None
 
     def save_model(
         self,

@@ -39,6 +39,18 @@ class UnsafeCheckpointError(AccelCkptError, pickle.UnpicklingError):
     """Loading would execute pickled code; refused unless ``allow_pickle=True`` is passed."""
 
 
+class PathEscapeError(AccelCkptError, ValueError):
+    """A name in a checkpoint (or given for one) resolves outside its folder: refused."""
+
+
+class CheckpointDiskFullError(AccelCkptError, OSError):
+    """The file system ran out of space (or the file-size limit was hit) while saving.
+
+    Nothing was committed: the staging folder is removed and the previous checkpoint stays the
+    newest complete one. ``errno`` is the underlying one (``ENOSPC``, ``EDQUOT`` or ``EFBIG``).
+    """
+
+
 class UnsupportedValueError(AccelCkptError, TypeError):
     """A state holds a value the safe formats cannot store (tensors, numbers, strings, lists...)."""
 

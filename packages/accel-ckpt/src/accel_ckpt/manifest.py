@@ -15,6 +15,7 @@ from typing import Any
 
 from accel_ckpt.atomic import atomic_file
 from accel_ckpt.checksum import FileRecord, verify_file
+from accel_ckpt.containment import resolve_inside
 from accel_ckpt.errors import CorruptCheckpointError, IncompleteCheckpointError
 
 MANIFEST_NAME = "accel_manifest.json"
@@ -106,10 +107,12 @@ def verify_sizes(folder: str | os.PathLike[str], manifest: Manifest) -> None:
     Raises:
         IncompleteCheckpointError: A listed file is missing.
         CorruptCheckpointError: A listed file has another size.
+        PathEscapeError: A listed name resolves outside ``folder``.
 
     """
+    source = f"{MANIFEST_NAME} of {os.fspath(folder)}"
     for name, record in manifest.files.items():
-        path = Path(folder) / name
+        path = resolve_inside(folder, name, source)
         try:
             size = path.stat().st_size
         except FileNotFoundError:

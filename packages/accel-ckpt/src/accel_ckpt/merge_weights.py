@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from accel_ckpt.containment import check_dcp_paths, resolve_inside
 from accel_ckpt.errors import CheckpointNotFoundError
 from accel_ckpt.model_io import save_model
 
@@ -42,7 +43,11 @@ def sharded_model_folders(checkpoint_dir: PathLike) -> dict[str, Path]:
         )
     if _is_model_state(folder):
         return {folder.name: folder}
-    found = {child.name: child for child in sorted(folder.iterdir()) if _is_model_state(child)}
+    found = {
+        child.name: resolve_inside(folder, child.name, f"merge-weights input {folder}")
+        for child in sorted(folder.iterdir())
+        if _is_model_state(child)
+    }
     if not found:
         raise CheckpointNotFoundError(
             f"checkpoint_dir={os.fspath(checkpoint_dir)!r} holds no sharded model state (no "
@@ -67,7 +72,8 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
     if (path / FULL_MODEL_FILE).is_file():
         from safetensors.torch import load_file
 
-        return load_file(str(path / FULL_MODEL_FILE))
+        return load_file(str(resolve_inside(path, FULL_MODEL_FILE, f"merge-weights input {path}")))
+    check_dcp_paths(path)
     from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict_loader import load

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from accel_ckpt.checksum import FileRecord
+from accel_ckpt.containment import resolve_inside
 from accel_ckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -64,7 +65,7 @@ class ModelSource:
 def _from_index(index: Path) -> ModelSource:
     weight_map, aliases = read_index(index)
     names = sorted(set(weight_map.values()))
-    files = [index.parent / name for name in names]
+    files = [resolve_inside(index.parent, name, f"shard index {index}") for name in names]
     for path in files:
         if not path.is_file():
             raise CheckpointNotFoundError(

@@ -31,6 +31,8 @@ from accel_ckpt.atomic import (
     sibling,
 )
 from accel_ckpt.checksum import FileRecord, crc32_of_file
+from accel_ckpt.containment import check_relative_name, check_tree_inside
+from accel_ckpt.disk_space import check_free_space, explain_disk_full
 from accel_ckpt.errors import (
     CheckpointExistsError,
     InvalidArgumentError,
@@ -175,6 +177,7 @@ class CheckpointWriter:
         self.loader_states: list[tuple[dict[str, torch.Tensor], dict[str, str]] | None] = []
         self.sharded_reports: list[FileReport] = []
         self.per_rank_loaders: set[int] = set()
+        self.planned: list[int] = []  # tensor bytes each rank plans to write (after plan_rest)
 
     # ---------------------------------------------------------------- step 1: local preparation
     def prepare(self) -> tuple[str | None, list[str | None]]:
@@ -247,8 +250,12 @@ class CheckpointWriter:
                 (self.staging / state.name).mkdir()
 
     # ---------------------------------------------------------------- step 3: hooks and models
-    def plan_rest(self, digests: list[list[str | None]]) -> None:
-        """Plan dataloader files from every process's digests, run hooks, plan model files."""
+    def plan_rest(self, digests: list[list[str | None]]) -> int:
+        """Plan dataloader files from every process's digests, run hooks, plan model files.
+
+        Returns:
+            The tensor bytes this process will write (for the free-space check).
+        """
         assert self.staging is not None
         rank = self.coordinator.rank
         for index, encoded in enumerate(self.loader_states):
@@ -269,8 +276,11 @@ class CheckpointWriter:
         ]
         for hook in self.hooks:
             hook(models, weights, str(self.staging))
-        if not self.creator:
-            return
+        if self.creator:
+            self._plan_models(weights)
+        return sum(job.nbytes() for job in self.jobs)
+
+    def _plan_models(self, weights: list[dict[str, Any]]) -> None:
         for index, state_dict in enumerate(weights):
             if self.safe_serialization:
                 unique, aliases = split_aliases(state_dict)
@@ -280,6 +290,17 @@ class CheckpointWriter:
                 relpath = numbered("pytorch_model", index, ".bin")
                 job = FileJob(relpath, "models", index, pickled=host_copies(state_dict))
             self.jobs.append(job)
+
+    def bytes_needed(self) -> int:
+        """Tensor bytes every process writing this folder planned (0 before ``plan_rest``)."""
+        if not self.planned:
+            return 0
+        ranks = self.members if self.members is not None else range(len(self.planned))
+        return sum(self.planned[rank] for rank in ranks if rank < len(self.planned))
+
+    def _own_bytes(self) -> int:
+        rank = self.coordinator.rank
+        return self.planned[rank] if rank < len(self.planned) else 0
 
     # ---------------------------------------------------------------- step 3b: sharded states
     def write_sharded(self) -> None:
@@ -293,7 +314,8 @@ class CheckpointWriter:
         assert self.staging is not None
         rank, node_rank = self.coordinator.rank, self.coordinator.node_rank
         for index, state in enumerate(self.items.sharded_states):
-            written = state.save(self.staging / state.name)
+            with explain_disk_full(self.final, self.staging, self._own_bytes(), rank):
+                written = state.save(self.staging / state.name)
             self.sharded_reports.extend(
                 FileReport("sharded_states", index, rank, node_rank, True, relpath, record)
                 for relpath, record in _reported_files(state.name, written).items()
@@ -306,21 +328,36 @@ class CheckpointWriter:
 
     # ---------------------------------------------------------------- step 4: write (any thread)
     def write(self) -> list[FileReport]:
-        """Write and fsync this process's files; report them."""
+        """Write and fsync this process's files; report them.
+
+        The creator first checks that the file system can hold what every process planned.
+        """
         assert self.staging is not None
         coordinator = self.coordinator
-        return [
-            FileReport(
-                job.category,
-                job.index,
+        if self.creator:
+            check_free_space(self.final, self.staging, self.bytes_needed())
+        written = []
+        for job in self.jobs:
+            with explain_disk_full(
+                self.final,
+                self.staging,
+                self._own_bytes(),
                 coordinator.rank,
-                coordinator.node_rank,
-                job.category == "dataloaders" and job.index in self.per_rank_loaders,
-                job.relpath,
-                job.write(self.staging),
+                self.staging / job.relpath,
+            ):
+                record = job.write(self.staging)
+            written.append(
+                FileReport(
+                    job.category,
+                    job.index,
+                    coordinator.rank,
+                    coordinator.node_rank,
+                    job.category == "dataloaders" and job.index in self.per_rank_loaders,
+                    job.relpath,
+                    record,
+                )
             )
-            for job in self.jobs
-        ] + self.sharded_reports
+        return written + self.sharded_reports
 
     # ---------------------------------------------------------------- step 5: commit (creators)
     def commit(self, reports: list[list[FileReport]]) -> None:
@@ -340,6 +377,7 @@ class CheckpointWriter:
             "extra_files": [],
             "sharded_states": {state.name: [] for state in self.items.sharded_states},
         }
+        check_tree_inside(self.staging, f"checkpoint {self.final} (written by a hook or state)")
         unseen: set[str] = set()  # files sharded states reported, not yet found on disk
         for report in sorted((r for per_rank in reports for r in per_rank), key=_order):
             if not self._writes_here(report):
@@ -373,8 +411,9 @@ class CheckpointWriter:
             num_processes=self.coordinator.world_size,
             metadata=self.metadata,
         )
-        write_manifest(self.staging, manifest)
-        publish_dir(self.staging, self.final)
+        with explain_disk_full(self.final, self.staging, 0, self.coordinator.rank):
+            write_manifest(self.staging, manifest)
+            publish_dir(self.staging, self.final)
         if self.automatic and self.config is not None and self.config.total_limit is not None:
             apply_total_limit(self.final.parent, self.config.total_limit, keep=self.final)
 
@@ -463,12 +502,7 @@ def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
         )
     reported: dict[str, FileRecord] = {}
     for relpath, entry in written.items():
-        path = Path(str(relpath))
-        if not path.parts or path.is_absolute() or ".." in path.parts:
-            raise InvalidArgumentError(
-                f"Sharded state {name!r}: save() reported {relpath!r}; paths must be relative "
-                "to the folder it was given and stay inside it."
-            )
+        path = Path(check_relative_name(str(relpath), f"sharded state {name!r}'s save()"))
         try:
             size, crc = (int(value) for value in entry)
         except (TypeError, ValueError):

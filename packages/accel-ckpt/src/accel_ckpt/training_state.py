@@ -45,6 +45,7 @@ from accel_ckpt.accelerate_import import (
     refuse_pickles,
 )
 from accel_ckpt.async_save import ARENA, AsyncSave, wait_for_pending_saves
+from accel_ckpt.containment import resolve_inside
 from accel_ckpt.errors import CheckpointContentsError, InvalidArgumentError
 from accel_ckpt.manifest import Manifest, read_manifest, verify_sizes
 from accel_ckpt.model_io import unwrap_model
@@ -55,6 +56,7 @@ from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
 from accel_ckpt.xla import materialize_pending
+from accel_ops.records import current_record, record, recorded
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +153,7 @@ def save_state(
 ) -> AsyncSave: ...
 
 
+@recorded("save_state", operand=False)
 def save_state(
     output_dir: PathLike | None = None,
     *,
@@ -271,7 +274,7 @@ def save_state(
     reports = None
     try:
         coordinator.step(f"Creating {final}", lambda: saver.create_staging(token))
-        coordinator.step(
+        saver.planned = coordinator.step(
             f"Collecting state for {final}", lambda: saver.plan_rest([p[1] for p in prepared])
         )
         if items.sharded_states and blocking:  # one exchange for the shards and the files
@@ -290,9 +293,17 @@ def save_state(
         return final
     if project_config is not None:  # the next save needs the next number before this one ends
         project_config.iteration += 1
-    return AsyncSave(final, saver.finish)
+    origin = current_record()
+    site = origin.site_key if origin is not None else None
+
+    def finish_in_background() -> Path:
+        with record("save_state (background)", site=site):
+            return saver.finish()
+
+    return AsyncSave(final, finish_in_background)
 
 
+@recorded("load_state", operand=False)
 def load_state(
     input_dir: PathLike | None = None,
     *,
@@ -401,7 +412,7 @@ def load_state(
     for hook in load_hooks:
         hook(model_list, str(folder))
     for state in sharded:
-        state.load(folder / state.name)
+        state.load(resolve_inside(folder, state.name, f"sharded state {state.name!r} of {folder}"))
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accel-load") as pool:
         # Optimizer files (the largest) are read in the background while the models load.
         pending = [

@@ -10,6 +10,8 @@ Example:
 
 """
 
+import os as _os
+
 from accel_data.__about__ import __version__
 from accel_data.config import DataLoaderConfiguration
 from accel_data.dispatcher import DataLoaderDispatcher
@@ -34,6 +36,7 @@ from accel_data.samplers import (
 )
 from accel_data.shard_loader import DataLoaderShard
 from accel_data.xla_loader import MpDeviceLoaderWrapper
+from accel_ops.records import register_internal_package
 
 __all__ = [
     "__version__",
@@ -64,3 +67,6 @@ __all__ = [
     "ResumeStateError",
     "RNGSyncError",
 ]
+
+# Collective records name the caller's line, skipping this package's frames.
+register_internal_package(_os.path.dirname(_os.path.abspath(__file__)))

@@ -169,6 +169,14 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     _add(distributed, "--rdzv_conf", help="Extra rendezvous settings: key1=value1,key2=value2.")
     _add(distributed, "--max_restarts", type=int, help="Times a failed group may be restarted.")
     _add(
+        distributed,
+        "--collective_timeout",
+        type=float,
+        metavar="SECONDS",
+        help="Seconds a collective may wait before every worker raises, naming where it waits "
+        "(default: 600 until the first training step, 300 after it).",
+    )
+    _add(
         distributed, "--monitor_interval", type=float, help="Seconds between worker health checks."
     )
     _add(

@@ -62,6 +62,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
             "num_cpu_threads_per_process",
             "max_restarts",
             "monitor_interval",
+            "collective_timeout",
         )
         if getattr(args, name, None) is not None
     }

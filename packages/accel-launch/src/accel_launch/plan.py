@@ -47,6 +47,7 @@ class LaunchPlan:
         num_processes: Processes in total (``None`` on XLA: every local device).
         nproc_per_node: Processes on this machine.
         rdzv_endpoint: ``host:port`` of the rendezvous (port 0: picked at start).
+        uses_gpus: Whether the workers run on GPUs (then NCCL: torch's Flight Recorder is on).
         env: Variables added to the workers' environment (contract, threads, GPU selection).
         notes: Lines to show the user before starting (defaults used, ignored flags).
     """
@@ -72,6 +73,7 @@ class LaunchPlan:
     quiet: bool = False
     main_training_function: str = "main"
     use_cpu: bool = False
+    uses_gpus: bool = False
     contract: LaunchContract = dataclasses.field(default_factory=LaunchContract)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -163,6 +165,7 @@ def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) 
             downcast_bf16=bool(config.downcast_bf16),
             fp8_backend=fp8.fp8_backend if fp8_on else None,
             fp8_config=fp8.recipe_fields() if fp8_on else {},
+            process_group_timeout=config.collective_timeout,
         )
     except EnvironmentConfigError as error:
         raise LaunchArgumentError(str(error)) from None
@@ -407,6 +410,7 @@ def build_plan(
         quiet=bool(getattr(args, "quiet", False)),
         main_training_function=config.main_training_function or "main",
         use_cpu=use_cpu,
+        uses_gpus=gpus > 0 and kind is not DistributedType.XLA,
         contract=contract,
         env=worker_env,
         notes=tuple(notes),

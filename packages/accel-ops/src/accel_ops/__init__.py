@@ -32,6 +32,8 @@ from accel_ops.device_transfer import send_to_device
 from accel_ops.errors import (
     AccelOpsError,
     CannotPadNestedTensorWarning,
+    CollectiveFailedError,
+    CollectiveTimeoutError,
     DistributedOperationError,
     DistributedOperationException,
     InvalidArgumentError,
@@ -91,6 +93,8 @@ __all__ = [
     # errors
     "AccelOpsError",
     "CannotPadNestedTensorWarning",
+    "CollectiveFailedError",
+    "CollectiveTimeoutError",
     "DistributedOperationError",
     "DistributedOperationException",
     "InvalidArgumentError",

@@ -15,6 +15,7 @@ from accel_ops import xla
 from accel_ops.debug import check_operands
 from accel_ops.errors import DistributedOperationError, InvalidArgumentError
 from accel_ops.group import GroupInfo, check_source, current_group, default_device
+from accel_ops.records import recorded
 from accel_ops.structures import (
     apply_to_tensors,
     get_data_structure,
@@ -36,6 +37,7 @@ _GATHER_FIX = (
 )
 
 
+@recorded("gather")
 def gather(tensor: Any, *, debug: bool | None = None) -> Any:
     """Gather tensors from every process, concatenated along dimension 0.
 
@@ -64,6 +66,7 @@ def gather(tensor: Any, *, debug: bool | None = None) -> Any:
     return apply_to_tensors("gather", _GATHER_HINT, gather_tensor, tensor, group)
 
 
+@recorded("broadcast")
 def broadcast(tensor: Any, from_process: int = 0, *, debug: bool | None = None) -> Any:
     """Overwrite every tensor in ``tensor`` (or nested in it) with the one held by process ``from_process``.
 
@@ -136,6 +139,7 @@ def _reduce_tensor(
     return result
 
 
+@recorded("reduce")
 def reduce(
     tensor: Any, reduction: Reduction = "mean", scale: float = 1.0, *, debug: bool | None = None
 ) -> Any:
@@ -182,6 +186,7 @@ def reduce(
     )
 
 
+@recorded("copy_tensor_to_devices")
 def copy_tensor_to_devices(tensor: Any = None) -> Any:
     """Copy tensors held by exactly one process to every process; the others pass None.
 

@@ -76,6 +76,19 @@ class DistributedOperationError(AccelOpsError, RuntimeError):
         return (type(self), (str(self), self.operation, self.descriptions))
 
 
+class CollectiveTimeoutError(DistributedOperationError):
+    """A collective waited longer than the process-group timeout: some process never entered it.
+
+    The message names the operation, its sequence number on this process and the caller's line,
+    and where the other processes are (``descriptions``, indexed by rank; empty for a process that
+    gave no report).
+    """
+
+
+class CollectiveFailedError(DistributedOperationError):
+    """A collective failed because another process left the job (it failed or was stopped)."""
+
+
 #: Accelerate's name for the error debug mode raises (``accelerate.utils.operations``).
 DistributedOperationException = DistributedOperationError
 

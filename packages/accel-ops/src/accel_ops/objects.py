@@ -8,9 +8,11 @@ import torch.distributed as dist
 
 from accel_ops.errors import UnsupportedTypeError
 from accel_ops.group import check_source, current_group, describe_group
+from accel_ops.records import recorded
 from accel_ops.transport import all_gather_objects, broadcast_objects
 
 
+@recorded("gather_object")
 def gather_object(object: Any) -> Any:
     """Gather a list from every process into one list, ordered by rank.
 
@@ -46,6 +48,7 @@ def gather_object(object: Any) -> Any:
     return [item for part in parts for item in part]
 
 
+@recorded("gather_objects_by_rank")
 def gather_objects_by_rank(obj: Any, process_group: Any = None) -> list[Any]:
     """Every process's picklable ``obj``, as a list indexed by rank, on every process.
 
@@ -72,6 +75,7 @@ def gather_objects_by_rank(obj: Any, process_group: Any = None) -> list[Any]:
     return all_gather_objects(obj, group)
 
 
+@recorded("broadcast_object_list")
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
     """Replace the items of ``object_list`` with those of process ``from_process``, in place.
 

@@ -15,6 +15,7 @@ from accel_ops.errors import (
     UnsupportedTypeError,
 )
 from accel_ops.group import current_group
+from accel_ops.records import recorded
 from accel_ops.structures import apply_to_tensors, named_leaves
 from accel_ops.transport import gather_tensor
 
@@ -49,6 +50,7 @@ def _size_along(tensor: torch.Tensor, dim: int) -> int:
     return int(tensor.shape[dim])
 
 
+@recorded("pad_across_processes")
 def pad_across_processes(
     tensor: Any,
     dim: int = 0,
@@ -86,7 +88,7 @@ def pad_across_processes(
             warnings.warn(
                 "pad_across_processes cannot pad nested tensors; they are returned as they are.",
                 CannotPadNestedTensorWarning,
-                stacklevel=2,
+                stacklevel=3,  # past the recording wrapper
             )
             break
     group = current_group()

@@ -25,9 +25,20 @@ Variable                               Meaning
                                        it, Accelerate's ``FSDP_*`` variables, e.g.
                                        ``FSDP_SHARDING_STRATEGY``, are read)
 ``ACCEL_BACKEND``                      communication backend to use (``gloo``, ``nccl``, ``mpi``...)
-``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before the job fails
+``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before every process raises
+                                       (``accel launch --collective_timeout``; default: see
+                                       :mod:`accel_state.process_group`)
 ``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
 =====================================  ===========================================================
+
+Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
+restarted the worker group (``restart_count``).
+
+What flows back from workers to the launcher is written down here too: a worker that fails writes
+torch elastic's error file (``TORCHELASTIC_ERROR_FILE``); under ``extraInfo`` it may add
+:data:`COLLECTIVES_KEY`, a one-line account of the collective it waits in or last entered (see
+:mod:`accel_state.failures`). A job stopped by SIGTERM (preemption) ends with
+:data:`REQUEUE_EXIT_CODE`.
 """
 
 from __future__ import annotations
@@ -63,6 +74,14 @@ PROCESS_GROUP_TIMEOUT = "ACCEL_PROCESS_GROUP_TIMEOUT"
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
 FP8_BACKEND = "ACCEL_FP8_BACKEND"
 FP8_CONFIG = "ACCEL_FP8_CONFIG"
+#: Written by torch elastic: restarts of the worker group so far.
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+#: Key under ``extraInfo`` of torch elastic's error file: where the failed worker's collectives were.
+COLLECTIVES_KEY = "accel_collectives"
+#: Exit status of a job stopped by SIGTERM (preemption): ``EX_TEMPFAIL`` of ``sysexits.h``, "try
+#: again later". SLURM requeues a job that exits with it where ``slurm.conf`` has
+#: ``RequeueExit=75`` (or the batch script runs ``scontrol requeue`` on it).
+REQUEUE_EXIT_CODE = 75
 
 ALL_VARIABLES = (
     MIXED_PRECISION,
@@ -208,6 +227,7 @@ class LaunchContract:
     downcast_bf16: bool = False
     fp8_backend: str | None = None
     fp8_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    restart_count: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mixed_precision", _to_precision(self.mixed_precision))
@@ -270,10 +290,14 @@ class LaunchContract:
             downcast_bf16=read_bool(env, DOWNCAST_BF16),
             fp8_backend=_read_fp8_backend(env),
             fp8_config=_read_json_object(env, FP8_CONFIG) or _accelerate_fp8_config(env),
+            restart_count=read_int(env, RESTART_COUNT, default=0, minimum=0),
         )
 
     def to_env(self) -> dict[str, str]:
-        """Return the variables a launcher sets so that :meth:`from_env` yields this contract."""
+        """Return the variables a launcher sets so that :meth:`from_env` yields this contract.
+
+        ``restart_count`` is not among them: torch elastic sets it for every attempt.
+        """
         env = {
             MIXED_PRECISION: self.mixed_precision.value,
             USE_CPU: _flag(self.use_cpu),
@@ -315,3 +339,27 @@ def _to_precision(value: PrecisionType | str) -> PrecisionType:
         raise EnvironmentConfigError(
             f"mixed_precision={value!r} is not valid; choose one of {', '.join(PrecisionType.list())}."
         ) from None
+
+
+#: torch's Flight Recorder (the NCCL trace buffer): entries kept per process group, dump on a
+#: collective timeout, and where the dump goes (``<prefix><rank>``, a pickle torch writes).
+FLIGHT_RECORDER_BUFFER = "TORCH_FR_BUFFER_SIZE"
+FLIGHT_RECORDER_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
+FLIGHT_RECORDER_DUMP_PREFIX = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+#: Entries the Flight Recorder keeps when the user set no size (torchtitan keeps 2000 too).
+FLIGHT_RECORDER_ENTRIES = 2000
+
+
+def flight_recorder_env(dump_prefix: str | None = None) -> dict[str, str]:
+    """Variables that make torch's Flight Recorder trace NCCL collectives and dump on a timeout.
+
+    They must be set before the NCCL process group starts. A launcher passes ``dump_prefix`` (a
+    folder of its own plus a file prefix) to read every rank's dump after a hang.
+    """
+    env = {
+        FLIGHT_RECORDER_BUFFER: str(FLIGHT_RECORDER_ENTRIES),
+        FLIGHT_RECORDER_DUMP_ON_TIMEOUT: "1",
+    }
+    if dump_prefix is not None:
+        env[FLIGHT_RECORDER_DUMP_PREFIX] = dump_prefix
+    return env

@@ -5,13 +5,20 @@ When one rank of a job raises, its peers usually fail a moment later with a tran
 consequences, not causes. :func:`first_failure` picks the earliest failure that is not such a
 consequence, so ``spawn_workers`` and ``accel launch`` report the rank whose traceback explains the
 failure, whatever order the reports arrive in.
+
+Libraries in a worker can also say where the worker was when it failed: :func:`register_reporter`
+adds a function whose one-line answer (accel-ops: "waits in gather #57 (train.py:42)") the
+launcher's failure recorder writes into torch elastic's error file (under
+:data:`accel_state.contract.COLLECTIVES_KEY`), so the launcher can put every rank side by side.
+This module imports the standard library only: the recorder reads it from a worker's
+``sys.modules`` without importing anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: Phrases of errors a rank hits because another rank died or left: transport and store errors.
 SECONDARY_FAILURE_PATTERNS: tuple[str, ...] = (
@@ -29,6 +36,7 @@ SECONDARY_FAILURE_PATTERNS: tuple[str, ...] = (
     r"DistStoreError",
     r"Timed out waiting \d+ ?ms for (?:send|recv) operation",
     r"nothing was committed\. rank \d+",
+    r"stopped by SIGTERM",
 )
 _SECONDARY = re.compile("|".join(SECONDARY_FAILURE_PATTERNS))
 
@@ -70,3 +78,30 @@ def first_failure(failures: Sequence[RankFailure]) -> RankFailure:
         raise ValueError("first_failure() needs at least one failure.")
     causes = [failure for failure in failures if not failure.secondary]
     return min(causes or failures, key=lambda failure: (failure.timestamp, failure.rank))
+
+
+# Wiring, not state: libraries register once at import, and reset_state() keeps them.
+_REPORTERS: dict[str, Callable[[], str]] = {}
+
+
+def register_reporter(name: str, reporter: Callable[[], str]) -> None:
+    """Have ``reporter()`` describe this process when it fails (replaces one of the same name).
+
+    Args:
+        name: Who reports, e.g. ``"collectives"``.
+        reporter: Returns one line (empty when there is nothing to say); it must not raise.
+    """
+    _REPORTERS[name] = reporter
+
+
+def failure_reports() -> dict[str, str]:
+    """Every registered reporter's line, by name; reporters that raise or say nothing are left out."""
+    lines = {}
+    for name, reporter in list(_REPORTERS.items()):
+        try:
+            line = reporter()
+        except Exception:  # noqa: BLE001 - a report must never mask the failure it describes
+            continue
+        if line:
+            lines[name] = line
+    return lines

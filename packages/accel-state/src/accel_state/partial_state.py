@@ -21,7 +21,12 @@ from accel_state.cluster import ProcessLayout, resolve_cluster_environment
 from accel_state.contract import LaunchContract
 from accel_state.device import select_backend, select_device
 from accel_state.errors import StateConflictError
-from accel_state.process_group import resolve_timeout, start_process_group, stop_process_group
+from accel_state.process_group import (
+    lower_timeouts,
+    resolve_timeout,
+    start_process_group,
+    stop_process_group,
+)
 from accel_state.shared import shared_dict
 from accel_state.splitting import split_inputs
 from accel_state.types import DistributedType
@@ -37,8 +42,9 @@ class PartialState:
         cpu: Force the CPU even when an accelerator is present (also ``ACCEL_USE_CPU``).
         backend: Communication backend; default nccl on CUDA, xla on XLA, gloo on CPU
             (also ``ACCEL_BACKEND``).
-        timeout: Seconds (or a ``timedelta``) a collective may wait before the job fails; default
-            ``ACCEL_PROCESS_GROUP_TIMEOUT`` or 1800 s.
+        timeout: Seconds (or a ``timedelta``) a collective may wait before the process raises;
+            default ``ACCEL_PROCESS_GROUP_TIMEOUT``, else 600 s until :meth:`lower_timeouts`
+            (the Accelerator calls it after the first training step) and 300 s from then on.
         environ: Environment to read instead of ``os.environ`` (for tests and tools).
 
     Raises:
@@ -71,15 +77,11 @@ class PartialState:
         device = select_device(layout, use_cpu=use_cpu, use_xla=use_xla)
         chosen_backend = select_backend(device, backend or contract.backend)
         owns_group = False
+        timeouts = resolve_timeout(timeout, contract.process_group_timeout)
         if dist.is_available() and dist.is_initialized():
             layout = _layout_from_existing_group(layout)
         if layout.world_size > 1 or (dist.is_available() and dist.is_initialized()):
-            owns_group = start_process_group(
-                layout,
-                chosen_backend,
-                resolve_timeout(timeout, contract.process_group_timeout),
-                device,
-            )
+            owns_group = start_process_group(layout, chosen_backend, timeouts.startup, device)
         self._shared_state.update(
             layout=layout,
             cluster_environment=environment.name,
@@ -90,6 +92,8 @@ class PartialState:
             requested_backend=backend,
             owns_process_group=owns_group,
             debug=contract.debug,
+            timeouts=timeouts,
+            timeout=timeouts.startup,
         )
 
     # ------------------------------------------------------------------ inspection
@@ -134,6 +138,44 @@ class PartialState:
     def backend(self) -> str | None:
         """The communication backend, or ``None`` for a single process."""
         return self._shared_state["backend"]  # type: ignore[no-any-return]
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        """How long a collective may wait now before this process raises."""
+        return self._shared_state["timeout"]  # type: ignore[no-any-return]
+
+    @property
+    def collective_timeout(self) -> datetime.timedelta:
+        """The timeout once the first training step is done (see :meth:`lower_timeouts`)."""
+        return self._shared_state["timeouts"].collective  # type: ignore[no-any-return]
+
+    def lower_timeouts(self) -> bool:
+        """After the first training step: set :attr:`collective_timeout` on every process group.
+
+        A no-op when the timeout was given explicitly (it applies from the start), on one
+        process, or when already done. It waits for every process first, so that no process
+        lowers its timeout while a peer still works on its first step. Call it on every process.
+
+        Returns:
+            Whether the timeouts were lowered by this call.
+        """
+        timeouts = self._shared_state["timeouts"]
+        if (
+            timeouts.explicit
+            or self.timeout == timeouts.collective
+            or not self.use_distributed
+            or self.device.type == "xla"
+        ):
+            return False
+        self.wait_for_everyone()
+        lower_timeouts(timeouts.collective)
+        self._shared_state["timeout"] = timeouts.collective
+        return True
+
+    @property
+    def restart_count(self) -> int:
+        """How many times torch elastic restarted the worker group before this process started."""
+        return self.contract.restart_count
 
     @property
     def debug(self) -> bool:

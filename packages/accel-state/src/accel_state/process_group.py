@@ -1,5 +1,13 @@
 """Starting, adopting and stopping the default process group: the one piece of process-wide state.
 
+Timeouts: a collective that waits longer than the *collective timeout* makes the process raise
+instead of hanging. Given explicitly (``PartialState(timeout=...)``, ``InitProcessGroupKwargs``,
+``ACCEL_PROCESS_GROUP_TIMEOUT`` or ``accel launch --collective_timeout``) it applies from the start.
+Otherwise the group starts with :data:`STARTUP_TIMEOUT_SECONDS` (the first training step may
+compile and warm up for minutes) and :func:`lower_timeouts` brings every group down to
+:data:`DEFAULT_TIMEOUT_SECONDS` once that step is done, as torchtitan does. PyTorch's own defaults
+are 30 minutes (gloo) and 10 minutes (NCCL).
+
 A group started here is also stopped here when the interpreter exits normally. Python aborts a
 process ("terminate called without an active exception") when a gloo worker thread still releases
 a finished collective's tensors while the interpreter shuts down; destroying the group first joins
@@ -10,7 +18,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import datetime
+import os
 import sys
 import threading
 
@@ -18,9 +28,13 @@ import torch
 import torch.distributed as dist
 
 from accel_state.cluster.base import ProcessLayout
+from accel_state.contract import flight_recorder_env
 from accel_state.errors import ProcessGroupError
 
-DEFAULT_TIMEOUT_SECONDS = 1800.0
+#: The collective timeout once the first training step is done, unless one was given: 5 minutes.
+DEFAULT_TIMEOUT_SECONDS = 300.0
+#: The timeout until then (process-group start, compilation, the first step): 10 minutes.
+STARTUP_TIMEOUT_SECONDS = 600.0
 
 _started_here = False  # whether the current default group was started (so is owned) here
 _starting = threading.Event()  # set while this process waits in the default group's rendezvous
@@ -35,24 +49,71 @@ def group_start_in_progress() -> bool:
     return _starting.is_set()
 
 
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+    """How long collectives may wait: at start, and once the first training step is done.
+
+    Attributes:
+        startup: The timeout the process group starts with.
+        collective: The timeout after the first step (:func:`lower_timeouts`).
+        explicit: Whether the user chose it (then both are the same).
+    """
+
+    startup: datetime.timedelta
+    collective: datetime.timedelta
+    explicit: bool
+
+
 def resolve_timeout(
     timeout: datetime.timedelta | float | None, environment_seconds: float | None
-) -> datetime.timedelta:
-    """The process-group timeout: the argument, else ``ACCEL_PROCESS_GROUP_TIMEOUT``, else 30 min.
+) -> Timeouts:
+    """The timeouts: the argument, else ``ACCEL_PROCESS_GROUP_TIMEOUT``, else the defaults.
 
     Raises:
         ProcessGroupError: A non-positive timeout.
 
     """
     if timeout is None:
-        timeout = (
-            environment_seconds if environment_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+        timeout = environment_seconds
+    if timeout is None:
+        return Timeouts(
+            datetime.timedelta(seconds=STARTUP_TIMEOUT_SECONDS),
+            datetime.timedelta(seconds=DEFAULT_TIMEOUT_SECONDS),
+            explicit=False,
         )
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
     if timeout.total_seconds() <= 0:
-        raise ProcessGroupError(f"timeout={timeout} must be positive.")
-    return timeout
+        raise ProcessGroupError(
+            f"timeout={timeout} must be positive; pass the seconds a collective may wait "
+            "(e.g. timeout=300)."
+        )
+    return Timeouts(timeout, timeout, explicit=True)
+
+
+def lower_timeouts(timeout: datetime.timedelta) -> int:
+    """Set ``timeout`` on every process group of this process that waits longer.
+
+    Call it on every process at the same point (after a barrier): a process that still waits
+    under the long timeout is fine, one that lowers it early may time out on a slow peer.
+
+    Returns:
+        How many groups were changed.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0
+    from torch.distributed import distributed_c10d as c10d
+
+    changed = 0
+    for group in list(c10d._world.pg_map):
+        if group is None or c10d._rank_not_in_group(group):
+            continue
+        try:
+            c10d._set_pg_timeout(timeout, group)
+        except (ValueError, AssertionError, RuntimeError):
+            continue  # a backend without settable timeouts (xla, mpi) keeps its own
+        changed += 1
+    return changed
 
 
 def start_process_group(
@@ -96,6 +157,11 @@ def start_process_group(
     else:
         init_method = f"tcp://{layout.master_addr}:{layout.master_port}"
     bound_device = device if device is not None and device.type == "cuda" else None
+    if backend == "nccl":
+        # torch's Flight Recorder records NCCL collectives and dumps them on a timeout; its
+        # variables are read when the group starts. A user's own settings win.
+        for name, value in flight_recorder_env().items():
+            os.environ.setdefault(name, value)
     _import_modules_that_capture_the_group()
     _starting.set()
     try:

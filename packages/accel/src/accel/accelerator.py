@@ -14,6 +14,7 @@ import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.compilation import compile_model
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
+from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
 from accel.fp8.setup import FP8AttributesMixin, make_fp8_precision, resolve_fp8
 from accel.kwargs_handlers import (
@@ -39,6 +40,7 @@ from accel.uneven_inputs import join_uneven_inputs, trigger_sync_in_backward
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
+from accel_ops.records import record as record_collective
 from accel_state import DistributedType, GradientState, reset_state
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -219,6 +221,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         self._parameter_moves: ParameterMoves = {}
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
         self._trigger = Trigger(self.device)
+        self.fault_tolerance = FaultTolerance(self.state.partial)
 
     # ------------------------------------------------------------------ facts about the job
     @property
@@ -490,7 +493,8 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         steps = self.gradient_accumulation_steps
         if steps != 1 and not self.strategy.engine_divides_loss:  # no extra node when 1
             loss = loss / steps
-        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+        with self.fault_tolerance.backward(loss):
+            self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
 
     def _do_sync(self) -> None:
         if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
@@ -655,7 +659,23 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
     # ------------------------------------------------------------------ process control
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this call."""
-        self.state.partial.wait_for_everyone()
+        with record_collective("wait_for_everyone"):
+            self.state.partial.wait_for_everyone()
+
+    @property
+    def restart_count(self) -> int:
+        """How many times ``accel launch --max_restarts`` (torch elastic) restarted the workers."""
+        return self.fault_tolerance.restart_count
+
+    @property
+    def should_stop(self) -> bool:
+        """Collective: True on every process, at the same step, once any process got SIGTERM.
+
+        Read it once per step on every process; when True, ``save_state()`` and leave the loop:
+        ``accel launch`` then exits with status 75, which asks the scheduler to requeue the job.
+        The first read installs the SIGTERM handler (see :mod:`accel.fault_tolerance`).
+        """
+        return self.fault_tolerance.should_stop()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` once per machine."""

@@ -15,6 +15,7 @@ from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
+from accel_ops.records import record
 
 PathLike = str | os.PathLike[str]
 
@@ -146,20 +147,22 @@ class CheckpointingMixin:
             The checkpoint folder (a ``pathlib.Path``, as Accelerate returns), or the background
             save's handle.
         """
-        models, optimizers, sharded = self.strategy.checkpoint_split(self._models, self._optimizers)
-        result = self.checkpointer.save_state(
-            output_dir,
-            models=models,
-            optimizers=optimizers,
-            sharded_states=sharded,
-            schedulers=self._schedulers,
-            dataloaders=self._dataloaders,
-            scaler=self.scaler,
-            blocking=blocking,
-            safe_serialization=safe_serialization,
-            metadata={"step": self.step},
-        )
-        return result
+        with record("save_state"):  # a process that saves alone is named in the timeout error
+            models, optimizers, sharded = self.strategy.checkpoint_split(
+                self._models, self._optimizers
+            )
+            return self.checkpointer.save_state(
+                output_dir,
+                models=models,
+                optimizers=optimizers,
+                sharded_states=sharded,
+                schedulers=self._schedulers,
+                dataloaders=self._dataloaders,
+                scaler=self.scaler,
+                blocking=blocking,
+                safe_serialization=safe_serialization,
+                metadata={"step": self.step},
+            )
 
     def load_state(
         self, input_dir: PathLike | None = None, strict: bool = True, allow_pickle: bool = False
@@ -175,17 +178,36 @@ class CheckpointingMixin:
             allow_pickle: Trust pickled files (``.bin``/``.pkl``, which can run code when loaded):
                 those of an Accelerate checkpoint, or states saved with pickle. Default: refuse.
         """
-        models, optimizers, sharded = self.strategy.checkpoint_split(self._models, self._optimizers)
-        loaded = self.checkpointer.load_state(
-            input_dir,
-            models=models,
-            optimizers=optimizers,
-            sharded_states=sharded,
-            schedulers=self._schedulers,
-            dataloaders=self._dataloaders,
-            scaler=self.scaler,
-            strict=strict,
-            allow_pickle=allow_pickle,
-        )
+        with record("load_state"):
+            models, optimizers, sharded = self.strategy.checkpoint_split(
+                self._models, self._optimizers
+            )
+            loaded = self.checkpointer.load_state(
+                input_dir,
+                models=models,
+                optimizers=optimizers,
+                sharded_states=sharded,
+                schedulers=self._schedulers,
+                dataloaders=self._dataloaders,
+                scaler=self.scaler,
+                strict=strict,
+                allow_pickle=allow_pickle,
+            )
         self.step = int(loaded.metadata.get("step", 0))
         self.precision.state_loaded()
+
+    def latest_checkpoint(self) -> Path | None:
+        """The checkpoint ``load_state()`` without a folder loads; None before the first save.
+
+        The newest complete ``checkpoint_<i>`` under ``project_dir/checkpoints`` (needs
+        ``ProjectConfiguration(automatic_checkpoint_naming=True)``); one whose save was
+        interrupted is skipped. The restart pattern, the same on a first start and on every
+        restart or relaunch::
+
+            accelerator.register_for_checkpointing(progress)  # where the loop stands
+            if accelerator.latest_checkpoint() is not None:
+                accelerator.load_state()
+
+        Every process must see the same folder (a shared file system).
+        """
+        return self.checkpointer.latest_checkpoint()

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from accel_ckpt.atomic import atomic_file
+from accel_ckpt.containment import check_all_inside, check_relative_name
 from accel_ckpt.dtypes import dtype_from_name, dtype_name
 from accel_ckpt.errors import CheckpointNotFoundError, CorruptCheckpointError
 from accel_ckpt.memory import empty_released, tensor_bytes
@@ -37,6 +38,7 @@ def offload_weight(
 
     """
     folder = Path(offload_folder)
+    check_relative_name(f"{weight_name}.dat", f"offload_weight(weight_name={weight_name!r})")
     folder.mkdir(parents=True, exist_ok=True)
     data = cpu_contiguous(weight)
     with atomic_file(folder / f"{weight_name}.dat") as temporary, open(temporary, "wb") as handle:
@@ -78,6 +80,7 @@ def read_offload_index(offload_folder: PathLike) -> dict[str, dict[str, object]]
         raise CorruptCheckpointError(f"{path} is not valid JSON ({error}).") from None
     if not isinstance(index, dict):
         raise CorruptCheckpointError(f"{path} does not map tensor names to dtype and shape.")
+    check_all_inside(offload_folder, (f"{name}.dat" for name in index), f"offload index {path}")
     return index
 
 
@@ -143,6 +146,10 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         self.save_folder = Path(save_folder) if save_folder is not None else None
         if index is None and self.save_folder is not None:
             index = read_offload_index(self.save_folder)
+        elif index is not None and self.save_folder is not None:
+            check_all_inside(
+                self.save_folder, (f"{name}.dat" for name in index), "the offload index given"
+            )
         self.index = dict(index or {})
         self.device = device
         self.all_keys = list(self.state_dict) + [k for k in self.index if k not in self.state_dict]

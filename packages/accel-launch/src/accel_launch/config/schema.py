@@ -374,6 +374,9 @@ class AccelConfig(Section):
     gradient_accumulation_steps: int | None = _opt(int_parser(1), "micro-steps per optimizer step")
     num_cpu_threads_per_process: int | None = _opt(int_parser(1), "OMP_NUM_THREADS per worker")
     max_restarts: int | None = _opt(int_parser(0), "times the whole group may be restarted")
+    collective_timeout: float | None = _opt(
+        float_parser(0.0, exclusive=True), "seconds a collective may wait before workers raise"
+    )
     monitor_interval: float | None = _opt(
         float_parser(0.0, exclusive=True), "seconds between health checks of the workers"
     )

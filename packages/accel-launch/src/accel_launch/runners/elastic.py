@@ -3,7 +3,14 @@
 The agent starts ``nproc_per_node`` workers with torchrun's variables, joins the rendezvous (static
 or c10d), restarts the whole group up to ``max_restarts`` times, and stops every worker as soon as
 one fails or the launcher gets SIGINT/SIGTERM. A failed worker's traceback reaches the console
-through its own stderr (or the ``--tee`` log files); the launcher then prints which rank failed.
+through its own stderr (or the ``--tee`` log files); the launcher then prints which rank failed
+and, side by side, the collective each rank waited in or last entered (from the workers' error
+files, or torch's Flight Recorder dumps on GPUs).
+
+SIGTERM (what schedulers send before a kill) is forwarded to every worker by torch's agent, which
+gives them ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (default 30) to save and exit; the launcher
+then exits with :data:`accel_state.contract.REQUEUE_EXIT_CODE` (75), asking the scheduler to
+requeue the job.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from accel_launch._failure_recorder import TIMESTAMP_KEY
+from accel_launch._failure_recorder import COLLECTIVES_KEY, TIMESTAMP_KEY
 from accel_launch.plan import LaunchPlan
+from accel_launch.runners import flight_recorder
 from accel_launch.runners.environ import extended_environ
 from accel_launch.runners.guard import guarded
+from accel_state.contract import REQUEUE_EXIT_CODE
 from accel_state.failures import RankFailure, first_failure
 
 _ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
@@ -114,11 +123,35 @@ def _rank_failure(global_rank: int, failure: Any) -> RankFailure:
     return RankFailure(global_rank, when, str(extra.get("py_callstack") or message.get("message")))
 
 
-def describe_failure(error: Any, who: str = "accel launch") -> tuple[str, int]:
+def _collectives(failure: Any) -> str:
+    """Where a failed worker's collectives were, as its error file says (empty when it does not)."""
+    message = failure.error_file_data.get("message") if failure.error_file_data else None
+    if not isinstance(message, dict) or not isinstance(message.get("extraInfo"), dict):
+        return ""
+    return str(message["extraInfo"].get(COLLECTIVES_KEY) or "")
+
+
+def side_by_side(reported: dict[int, str], ranks: Any) -> str:
+    """``rank 0 waits in gather #57 (train.py:42); rank 1 last entered ...`` for ``ranks``."""
+    return "; ".join(
+        f"rank {rank} {reported[rank]}" if reported.get(rank) else f"rank {rank}: no report"
+        for rank in sorted(ranks)
+    )
+
+
+def describe_failure(
+    error: Any, who: str = "accel launch", dumps: dict[int, str] | None = None
+) -> tuple[str, int]:
     """Summarise an elastic ``ChildFailedError``: which ranks failed how; and the exit code to use.
 
     The first failure is the earliest one that is not a consequence of another rank's (a peer's
     closed connection), by the time the worker recorded it (see ``_failure_recorder.py``).
+
+    Args:
+        error: The ``ChildFailedError``.
+        who: The command named in the summary.
+        dumps: Rank -> position read from Flight Recorder dumps (NCCL), for ranks whose error
+            file says nothing about their collectives.
     """
     failures = {rank: _rank_failure(rank, failure) for rank, failure in error.failures.items()}
     rank = first_failure(list(failures.values())).rank
@@ -133,12 +166,20 @@ def describe_failure(error: Any, who: str = "accel launch") -> tuple[str, int]:
         if global_rank == rank:
             marker = "  (first failure)"
         elif failures[global_rank].secondary:
-            marker = "  (a consequence: a transport error after a peer failed)"
+            marker = "  (a consequence: disconnected or stopped after a peer failed)"
         else:
             marker = ""
         lines.append(
             f"  rank {global_rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}{marker}"
         )
+    dumped = dumps or {}
+    reported = {
+        other: (_collectives(error.failures[other]) if other in error.failures else "")
+        or dumped.get(other, "")
+        for other in set(error.failures) | set(dumped)
+    }
+    if any(reported.values()):
+        lines.append(f"Where the ranks were: {side_by_side(reported, reported)}")
     callstack = failures[rank].text
     if callstack:
         lines.append(f"Traceback of rank {rank}:")
@@ -177,22 +218,41 @@ def run_elastic(plan: LaunchPlan) -> int:
             flush=True,
         )
     with (
-        extended_environ(plan.env),
         _log_dir(plan.log_dir) as log_dir,
+        extended_environ({**plan.env, **_recorder_env(plan, log_dir)}),
         _quiet(plan.quiet),
         _default_signals(),
     ):
         try:
             elastic_launch(_launch_config(plan, log_dir), command[0])(*command[1:])
         except ChildFailedError as error:
-            summary, code = describe_failure(error)
+            summary, code = describe_failure(error, dumps=flight_recorder.positions(log_dir))
             print(summary, file=sys.stderr, flush=True)
             return code
         except SignalException as error:
-            print(
-                f"accel launch: stopped by {error.sigval.name}; all workers were terminated.",
-                file=sys.stderr,
-                flush=True,
-            )
-            return 128 + int(error.sigval)
+            return _stopped_by(error.sigval)
     return 0
+
+
+def _recorder_env(plan: LaunchPlan, log_dir: str) -> dict[str, str]:
+    """Torch's Flight Recorder, dumping into ``log_dir`` on an NCCL timeout (GPU jobs only)."""
+    return flight_recorder.flight_recorder_env(log_dir) if plan.uses_gpus else {}
+
+
+def _stopped_by(sigval: Any) -> int:
+    """The exit code after a signal stopped the launcher: 75 for SIGTERM (requeue), else 128+n."""
+    if sigval == signal.SIGTERM:
+        print(
+            "accel launch: got SIGTERM (preemption); it was forwarded to every worker, which had "
+            f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds to save. Exiting with {REQUEUE_EXIT_CODE} so "
+            "the scheduler requeues the job; a relaunch resumes from the newest checkpoint.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return REQUEUE_EXIT_CODE
+    print(
+        f"accel launch: stopped by {sigval.name}; all workers were terminated.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + int(sigval)

@@ -3,7 +3,9 @@
 No torchrun variables are set, so the script behaves as ``python script.py`` would. As with POSIX
 ``system()``, the launcher ignores SIGINT while the child runs (Ctrl-C reaches the child directly,
 being in the same foreground process group) and passes SIGTERM and SIGHUP on to it. The launcher
-exits with the child's code (``128 + signal`` when the child died from a signal).
+exits with the child's code (``128 + signal`` when the child died from a signal), except after a
+SIGTERM (preemption): then with :data:`accel_state.contract.REQUEUE_EXIT_CODE` (75), asking the
+scheduler to requeue the job, whatever the child did (saved and returned, or died).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import FrameType
 
 from accel_launch.plan import LaunchPlan
 from accel_launch.runners.guard import guarded
+from accel_state.contract import REQUEUE_EXIT_CODE
 
 _FORWARDED = ("SIGTERM", "SIGHUP")
 
@@ -25,8 +28,10 @@ def run_single(plan: LaunchPlan) -> int:
     """Run the target once and return its exit code."""
     children: list[subprocess.Popen[bytes]] = []
     pending: list[int] = []
+    received: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
         if not children:
             pending.append(signum)
         elif children[0].poll() is None:
@@ -56,4 +61,12 @@ def run_single(plan: LaunchPlan) -> int:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)  # type: ignore[arg-type]
+    if signal.SIGTERM in received:
+        print(
+            f"accel launch: got SIGTERM (preemption) and passed it on; exiting with "
+            f"{REQUEUE_EXIT_CODE} so the scheduler requeues the job.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return REQUEUE_EXIT_CODE
     return 128 - code if code < 0 else code

@@ -129,6 +129,9 @@ class FSDPModelState:
         require_numpy()
         from torch.distributed.checkpoint.state_dict_loader import load
 
+        from accel_ckpt.containment import check_dcp_paths
+
+        check_dcp_paths(folder)
         state = self._state(full=False)
         load(state, checkpoint_id=folder)
         self._apply(state, full=False)

@@ -1,0 +1,125 @@
+"""Long jobs survive: restarts, preemption, and collective timeouts, for one Accelerator.
+
+* **Restarts.** ``accel launch --max_restarts N`` (torch elastic) restarts every worker when one
+  dies; :attr:`FaultTolerance.restart_count` says how many times that happened, and the script
+  resumes from ``accelerator.latest_checkpoint()`` (see the README's "Long jobs").
+* **Preemption.** Schedulers send SIGTERM before they kill a job (SLURM, Kubernetes, cloud spot
+  instances); ``accel launch`` forwards it to every worker. The first read of
+  :meth:`FaultTolerance.should_stop` installs a SIGTERM handler that only raises a flag; each
+  later read agrees on it across processes with one small all-reduce, so every process sees
+  True at the same step, saves and leaves its loop, and the launcher exits with
+  :data:`accel_state.contract.REQUEUE_EXIT_CODE`. A second SIGTERM stops the process at once.
+* **Timeouts.** Unless the user set one, the process group starts with a long timeout (the
+  first step may compile); after the first training step every process lowers it to the
+  collective timeout (:meth:`accel_state.PartialState.lower_timeouts`), as torchtitan does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import torch
+
+import accel_ops
+from accel_ops.records import record, register_internal_package
+from accel_state import PartialState
+
+logger = logging.getLogger(__name__)
+
+# Collective records name the user's line: frames of this package are skipped.
+register_internal_package(os.path.dirname(os.path.abspath(__file__)))
+
+
+class FaultTolerance:
+    """Restart count, preemption flag and timeout lowering of one Accelerator.
+
+    Args:
+        state: The process's state (ranks, device, timeouts).
+    """
+
+    def __init__(self, state: PartialState) -> None:
+        self.state = state
+        self.stop_requested = False  # this process got SIGTERM
+        self.stopping = False  # every process agreed to stop
+        self._installed = False
+        self._previous: Any = None
+        self._backward_calls = 0
+
+    @property
+    def restart_count(self) -> int:
+        """How many times torch elastic restarted the workers before this attempt (0 at first)."""
+        return self.state.restart_count
+
+    # ------------------------------------------------------------------ preemption
+    def should_stop(self) -> bool:
+        """Collective: True on every process once any process got SIGTERM.
+
+        Read it at the same point on every process (once per step). The first read installs
+        the SIGTERM handler.
+        """
+        if not self._installed:
+            self._install()
+        if self.stopping:
+            return True
+        if not self.state.use_distributed:
+            self.stopping = self.stop_requested
+            return self.stopping
+        with record("should_stop"):
+            flag = torch.tensor(1 if self.stop_requested else 0, device=self.state.device)
+            self.stopping = bool(accel_ops.reduce(flag, reduction="max").item())
+        return self.stopping
+
+    def _install(self) -> None:
+        self._installed = True
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "should_stop is read outside the main thread, where no signal handler can be "
+                "installed: this process will not notice SIGTERM (the others still agree)."
+            )
+            return
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """First SIGTERM: raise the flag. A second one: what would have happened without us."""
+        if not self.stop_requested:
+            self.stop_requested = True
+            logger.warning(
+                "Process %d got SIGTERM: stopping after this step (save, then leave the loop).",
+                self.state.process_index,
+            )
+            return
+        previous = self._previous
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def uninstall(self) -> None:
+        """Give SIGTERM back to the handler that was there before."""
+        if self._installed and self._previous is not None:
+            with contextlib.suppress(ValueError):  # not the main thread
+                signal.signal(signal.SIGTERM, self._previous)
+        self._installed = False
+
+    # ------------------------------------------------------------------ timeouts
+    @contextlib.contextmanager
+    def backward(self, loss: torch.Tensor) -> Iterator[None]:
+        """Around each backward pass: record it, and lower the timeouts once a step is done.
+
+        The second backward starts after the first one (and its compilation) finished on every
+        process, so that is where every process lowers its timeout together.
+        """
+        self._backward_calls += 1
+        if self._backward_calls == 2 and self.state.timeout > self.state.collective_timeout:
+            with record("wait_for_everyone (lowering the timeouts after the first step)"):
+                self.state.lower_timeouts()
+        with record("backward", loss):
+            yield

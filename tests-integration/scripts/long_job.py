@@ -1,0 +1,38 @@
+"""The fault-tolerance example, with test hooks: ``long_job.py [--die_at_step N] [--step_delay S] ARGS``.
+
+``--die_at_step N``: on the first attempt only (``restart_count == 0``), rank 1 kills itself with
+SIGKILL right after optimizer step N, as an out-of-memory kill would. ``--step_delay S`` sleeps S
+seconds after every step, so that a signal sent by a test lands mid-training. The other arguments
+go to the example unchanged.
+"""
+
+import argparse
+import importlib.util
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "by_feature" / "fault_tolerance.py"
+spec = importlib.util.spec_from_file_location("fault_tolerance", EXAMPLE)
+assert spec is not None and spec.loader is not None
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--die_at_step", type=int, default=0)
+parser.add_argument("--step_delay", type=float, default=0.0)
+hooks, rest = parser.parse_known_args()
+
+
+def on_step(accelerator, step: int) -> None:
+    first_attempt = accelerator.restart_count == 0
+    if step == hooks.die_at_step and first_attempt and accelerator.process_index == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if hooks.step_delay:
+        time.sleep(hooks.step_delay)
+
+
+finished = example.train(example.parse_args(rest), on_step)
+sys.stdout.write(f"FINISHED {finished}\n")
