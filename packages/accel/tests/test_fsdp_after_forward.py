@@ -70,3 +70,11 @@ def test_an_optimizer_built_after_an_evaluation_pass_trains_the_shards(
     results: list[dict[str, Any]],
 ) -> None:
     assert all(result["optimizer_built_after_evaluation_trains"] for result in results)
+
+
+def test_the_exit_hook_leaves_no_sharded_model_holding_the_destroyed_group(
+    results: list[dict[str, Any]],
+) -> None:
+    """Else its gloo threads are torn down during interpreter shutdown, which may abort."""
+    for result in results:
+        assert result["exit_hook"] == {"group_destroyed": True, "references_left": 0}

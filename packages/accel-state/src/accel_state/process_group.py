@@ -20,6 +20,7 @@ import atexit
 import contextlib
 import dataclasses
 import datetime
+import gc
 import os
 import sys
 import threading
@@ -215,6 +216,42 @@ def stop_at_exit() -> bool:
         stop_process_group()
         return True
     return False
+
+
+def release_group_references(*roots: object) -> int:
+    """Drop every reference to a process group reachable from ``roots`` (call at exit only).
+
+    A destroyed group lives on while any object holds it, and so do its gloo worker threads;
+    freed during interpreter shutdown instead, such a group can abort the process ("terminate
+    called without an active exception"). FSDP2 modules hold their groups in places no public
+    API releases (their mesh info, and the ``DeviceMesh`` of every ``DTensor`` parameter and
+    optimizer state), so this walks the objects reachable from ``roots`` (not through functions,
+    classes or modules) and replaces each group found in an attribute or a dict by ``None``.
+    The objects cannot run collectives afterwards.
+
+    Returns:
+        How many references were dropped.
+    """
+    skipped = (type, type(sys), type(release_group_references), type(len), str, bytes, int, float)
+    seen: set[int] = set()
+    pending = list(roots)
+    dropped = 0
+    while pending:
+        obj = pending.pop()
+        if id(obj) in seen or isinstance(obj, skipped):
+            continue
+        seen.add(id(obj))
+        mappings = [obj] if isinstance(obj, dict) else []
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            mappings.append(attributes)
+        for mapping in mappings:
+            for key, value in list(mapping.items()):
+                if isinstance(value, dist.ProcessGroup):
+                    mapping[key] = None
+                    dropped += 1
+        pending.extend(gc.get_referents(obj))
+    return dropped
 
 
 def _import_modules_that_capture_the_group() -> None:

@@ -7,6 +7,7 @@ or from the launcher's ``--fsdp_*`` flags / ``fsdp_config`` keys.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import weakref
@@ -90,6 +91,7 @@ class FSDPStrategy(ModelStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(wrapped))
+        _release_at_exit(wrapped)
         return wrapped
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
@@ -366,6 +368,31 @@ class FSDPStrategy(ModelStrategy):
         options = StateDictOptions(full_state_dict=True, cpu_offload=off_cpu(model))
         state = get_model_state_dict(model, options=options)
         return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+
+
+# Every model this process sharded, so the exit hook can free the destroyed group they hold.
+_SHARDED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+def _release_at_exit(model: torch.nn.Module) -> None:
+    """Remember ``model`` for the exit hook (registered with the first sharded model)."""
+    if not _SHARDED:
+        atexit.unregister(_release_sharded_at_exit)
+        atexit.register(_release_sharded_at_exit)
+    _SHARDED.add(model)
+
+
+def _release_sharded_at_exit() -> None:
+    """At a normal exit: stop the group accel-state started, then free it from sharded models.
+
+    FSDP2 modules and their ``DTensor`` parameters keep the group; if they outlive the
+    interpreter's atexit stage (held by the script's globals, or cyclic garbage not yet
+    collected), the group's gloo threads are torn down during shutdown and may abort the process.
+    """
+    from accel_state.process_group import release_group_references, stop_at_exit
+
+    if stop_at_exit():
+        release_group_references(*_SHARDED)
 
 
 def _raw(optimizer: Any) -> torch.optim.Optimizer:
