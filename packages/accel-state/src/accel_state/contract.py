@@ -61,6 +61,24 @@ FSDP_CONFIG = "ACCEL_FSDP_CONFIG"
 BACKEND = "ACCEL_BACKEND"
 PROCESS_GROUP_TIMEOUT = "ACCEL_PROCESS_GROUP_TIMEOUT"
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
+USE_PARALLELISM_CONFIG = "ACCEL_USE_PARALLELISM_CONFIG"
+ACCELERATE_USE_PARALLELISM_CONFIG = "ACCELERATE_USE_PARALLELISM_CONFIG"
+#: Prefix of the ``ParallelismConfig`` variables (Accelerate's names, read by both libraries).
+PARALLELISM_CONFIG_PREFIX = "PARALLELISM_CONFIG_"
+#: The ``ParallelismConfig`` settings a launcher hands over, in Accelerate's key names.
+PARALLELISM_CONFIG_KEYS = (
+    "dp_replicate_size",
+    "dp_shard_size",
+    "tp_size",
+    "cp_size",
+    "cp_backend",
+    "cp_comm_strategy",
+    "sp_size",
+    "sp_backend",
+    "sp_seq_length",
+    "sp_seq_length_is_variable",
+    "sp_attn_implementation",
+)
 
 ALL_VARIABLES = (
     MIXED_PRECISION,
@@ -78,6 +96,7 @@ ALL_VARIABLES = (
     BACKEND,
     PROCESS_GROUP_TIMEOUT,
     DOWNCAST_BF16,
+    USE_PARALLELISM_CONFIG,
 )
 
 BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]
@@ -112,6 +131,26 @@ def _accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
             value = int(value)
         config[key] = value
     return config
+
+
+def parallelism_variable(key: str) -> str:
+    """The variable carrying ``ParallelismConfig`` setting ``key``: ``PARALLELISM_CONFIG_TP_SIZE``."""
+    return PARALLELISM_CONFIG_PREFIX + key.upper()
+
+
+def read_parallelism_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``PARALLELISM_CONFIG_*`` settings present in ``environ``, keyed by field name.
+
+    Values stay text; :class:`accel_state.ParallelismConfig` parses and checks them, naming the
+    variable when one is malformed.
+    """
+    env = os.environ if environ is None else environ
+    settings = {}
+    for key in PARALLELISM_CONFIG_KEYS:
+        raw = env.get(parallelism_variable(key))
+        if raw is not None and raw.strip() != "":
+            settings[key] = raw.strip()
+    return settings
 
 
 def _read_positive_float(environ: Mapping[str, str], name: str) -> float | None:
@@ -149,6 +188,8 @@ class LaunchContract:
     backend: str | None = None
     process_group_timeout: float | None = None
     downcast_bf16: bool = False
+    use_parallelism_config: bool = False
+    parallelism_config: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mixed_precision", _to_precision(self.mixed_precision))
@@ -163,6 +204,12 @@ class LaunchContract:
         if self.backend is not None and self.backend not in BACKENDS:
             raise EnvironmentConfigError(
                 f"backend={self.backend!r} is not known; choose one of {', '.join(BACKENDS)}."
+            )
+        unknown = sorted(set(self.parallelism_config) - set(PARALLELISM_CONFIG_KEYS))
+        if unknown:
+            raise EnvironmentConfigError(
+                f"parallelism_config has unknown keys {unknown}; known: "
+                f"{', '.join(PARALLELISM_CONFIG_KEYS)}."
             )
 
     @classmethod
@@ -204,6 +251,9 @@ class LaunchContract:
             backend=backend,
             process_group_timeout=_read_positive_float(env, PROCESS_GROUP_TIMEOUT),
             downcast_bf16=read_bool(env, DOWNCAST_BF16),
+            use_parallelism_config=read_bool(env, USE_PARALLELISM_CONFIG)
+            or read_bool(env, ACCELERATE_USE_PARALLELISM_CONFIG),
+            parallelism_config=read_parallelism_settings(env),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -218,6 +268,7 @@ class LaunchContract:
             USE_DEEPSPEED: _flag(self.use_deepspeed),
             USE_FSDP: _flag(self.use_fsdp),
             DOWNCAST_BF16: _flag(self.downcast_bf16),
+            USE_PARALLELISM_CONFIG: _flag(self.use_parallelism_config),
         }
         if self.dynamo_mode is not None:
             env[DYNAMO_MODE] = self.dynamo_mode
@@ -231,6 +282,8 @@ class LaunchContract:
             env[BACKEND] = self.backend
         if self.process_group_timeout is not None:
             env[PROCESS_GROUP_TIMEOUT] = repr(float(self.process_group_timeout))
+        for key, value in self.parallelism_config.items():
+            env[parallelism_variable(key)] = str(value)
         return env
 
 

@@ -65,6 +65,9 @@ class FSDPStrategy(ModelStrategy):
                 "--num_processes N` (or torchrun), or drop the FSDP setting."
             )
         self.fsdp = resolve_settings(state)
+        #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
+        #: strategy (``accel.strategies.mesh``) sets its ``dp_shard_cp`` / HSDP mesh here.
+        self.mesh: Any = None
         self._moves: ParameterMoves = {}
         self._roots: list[weakref.ref[torch.nn.Module]] = []
 
@@ -148,6 +151,8 @@ class FSDPStrategy(ModelStrategy):
             "mp_policy": mp_policy,
             "offload_policy": offload,
         }
+        if self.mesh is not None:
+            options["mesh"] = self.mesh
         if self.fsdp.ignored_modules is not None:
             options["ignored_params"] = {
                 parameter

@@ -12,18 +12,29 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     TorchDynamoPlugin,
 )
+from accel.parallelism import TorchTensorParallelPlugin
 from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
 from accel.tracking import LoggerType
 from accel_ckpt import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
-from accel_state import ComputeEnvironment, DistributedType, PrecisionType, RNGType
+from accel_state import (
+    ComputeEnvironment,
+    DeepSpeedSequenceParallelConfig,
+    DistributedType,
+    ParallelismConfig,
+    PrecisionType,
+    RNGType,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 
 __all__ = [
     "AutocastKwargs",
     "ComputeEnvironment",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DeepSpeedSequenceParallelConfig",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
@@ -32,9 +43,13 @@ __all__ = [
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "LoggerType",
+    "ParallelismConfig",
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TorchContextParallelConfig",
     "TorchDynamoPlugin",
+    "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin",
 ]
