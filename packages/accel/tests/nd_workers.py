@@ -8,7 +8,12 @@ from typing import Any
 
 import torch
 
-from accel import Accelerator, ParallelismConfig, TorchTensorParallelConfig
+from accel import (
+    Accelerator,
+    FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+    TorchTensorParallelConfig,
+)
 from accel.state import AcceleratorState
 
 VOCAB, DIM, HEADS, HIDDEN, SEQ = 32, 16, 4, 32, 8
@@ -31,6 +36,10 @@ LAYOUTS: dict[str, dict[str, int]] = {
     "hsdp2x2": {"dp_replicate_size": 2, "dp_shard_size": 2},
     "tp4": {"tp_size": 4},
     "dp_shard4": {"dp_shard_size": 4},
+    # FSDP settings from a plugin: each Block its own unit (inner first, then the root) with
+    # activation checkpointing, after tensor parallelism.
+    "blocks_ac_dp_shard2_tp2": {"dp_shard_size": 2, "tp_size": 2},
+    "ddp4": {"dp_replicate_size": 4},
 }
 
 
@@ -152,10 +161,13 @@ def fractions(model: torch.nn.Module) -> dict[str, float]:
     """Each parameter's local share of its full size on this rank."""
     from torch.distributed.tensor import DTensor
 
+    from accel.strategies.fsdp import clean_name  # without activation-checkpoint wrappers
+
     out = {}
+    model = getattr(model, "module", model)  # inside DDP
     for name, parameter in model.named_parameters():
         local = parameter.to_local() if isinstance(parameter, DTensor) else parameter
-        out[name] = local.numel() / parameter.numel()
+        out[clean_name(name)] = local.numel() / parameter.numel()
     return out
 
 
@@ -213,10 +225,10 @@ def describe(accelerator: Accelerator) -> dict[str, Any]:
     }
 
 
-def fresh(config: ParallelismConfig) -> Accelerator:
+def fresh(config: ParallelismConfig, **kwargs: Any) -> Accelerator:
     """A new Accelerator on ``config`` in this process (the process group stays)."""
     AcceleratorState._reset_state()
-    return Accelerator(parallelism_config=config)
+    return Accelerator(parallelism_config=config, **kwargs)
 
 
 def layouts_job(checkpoint: str) -> dict[str, Any]:
@@ -225,13 +237,32 @@ def layouts_job(checkpoint: str) -> dict[str, Any]:
     for name, sizes in LAYOUTS.items():
         # dp_shard 2 x tp 2 takes its plan from TorchTensorParallelConfig, tp 4 from the model.
         handler = TorchTensorParallelConfig(plan=PLAN) if name == "dp_shard2_tp2" else None
-        accelerator = fresh(ParallelismConfig(**sizes, tp_handler=handler))
+        options: dict[str, Any] = {}
+        if name.startswith("blocks_ac"):
+            options["fsdp_plugin"] = FullyShardedDataParallelPlugin(
+                auto_wrap_policy="transformer_based_wrap",
+                transformer_cls_names_to_wrap=["Block"],
+                activation_checkpointing=True,
+            )
+        accelerator = fresh(ParallelismConfig(**sizes, tp_handler=handler), **options)
         model, optimizer, train, evaluation, _ = prepare(accelerator)
         report = describe(accelerator)
         report["fractions"] = fractions(model)
         report.update(run_epoch(accelerator, model, optimizer, train))
         if name == "dp_shard2_tp2":
             accelerator.save_state(checkpoint)
+            accelerator.save_model(model, f"{checkpoint}_model")
+            report["units"] = sorted(
+                type(module).__name__
+                for module in model.modules()
+                if type(module).__name__.startswith("FSDP")
+            )
+        if name.startswith("blocks_ac"):
+            report["units"] = sorted(
+                type(module).__name__
+                for module in model.modules()
+                if type(module).__name__.startswith(("FSDP", "Checkpoint"))
+            )
         if name in ("dp_shard2_tp2", "tp4"):
             report["full_state"] = {
                 key: value.clone() for key, value in accelerator.get_state_dict(model).items()
@@ -264,8 +295,6 @@ def _error(config_kwargs: dict[str, Any], **accelerator_kwargs: Any) -> str:
 
 def refusals() -> dict[str, str]:
     """What a 4-process job refuses, each message as raised."""
-    from accel import FullyShardedDataParallelPlugin
-
     return {
         "product": _error({"dp_shard_size": 3}),
         "fsdp1_tp": _error(

@@ -46,14 +46,20 @@ def reference() -> dict:
 
 
 @pytest.fixture(scope="module")
-def layouts(tmp_path_factory) -> list[dict]:
-    checkpoint = tmp_path_factory.mktemp("nd") / "checkpoint"
-    return spawn_workers(nd_workers.layouts_job, WORLD, args=(str(checkpoint),), timeout=900)
+def checkpoint_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("nd") / "checkpoint"
+
+
+@pytest.fixture(scope="module")
+def layouts(checkpoint_dir) -> list[dict]:
+    return spawn_workers(nd_workers.layouts_job, WORLD, args=(str(checkpoint_dir),), timeout=900)
 
 
 def test_every_layout_trains_like_one_process(layouts, reference):
-    """dp_shard 2 x tp 2, dp_replicate 2 x dp_shard 2, tp 4, dp_shard 4: same losses, same
-    clipped gradient norms (taken over every mesh dimension), same evaluation outputs."""
+    """dp_shard 2 x tp 2, dp_replicate 2 x dp_shard 2, tp 4, dp_shard 4 (and per-block FSDP
+    with activation checkpointing on dp_shard 2 x tp 2, and DDP through dp_replicate 4): same
+    losses, same clipped gradient norms (taken over every mesh dimension), same evaluation
+    outputs."""
     for name in nd_workers.LAYOUTS:
         for rank in layouts:
             run = rank[name]
@@ -69,17 +75,20 @@ def test_every_layout_trains_like_one_process(layouts, reference):
 
 def test_strategy_mesh_and_ranks_follow_the_layout(layouts):
     expected = {
-        "dp_shard2_tp2": ("FSDP", ["dp_shard", "tp"], 2),
-        "hsdp2x2": ("FSDP", ["dp_replicate", "dp_shard"], 4),
-        "tp4": ("MULTI_CPU", ["tp"], 1),
-        "dp_shard4": ("FSDP", ["dp_shard"], 4),
+        "dp_shard2_tp2": ("FSDP", ["dp_shard", "tp"], 2, "N-D parallel (DeviceMesh)"),
+        "hsdp2x2": ("FSDP", ["dp_replicate", "dp_shard"], 4, "N-D parallel (DeviceMesh)"),
+        "tp4": ("MULTI_CPU", ["tp"], 1, "N-D parallel (DeviceMesh)"),
+        "dp_shard4": ("FSDP", ["dp_shard"], 4, "N-D parallel (DeviceMesh)"),
+        "ddp4": ("MULTI_CPU", ["dp_replicate"], 4, "DistributedDataParallel"),
     }
     for index, rank in enumerate(layouts):
-        for name, (kind, mesh, dp_size) in expected.items():
+        for name, (kind, mesh, dp_size, strategy) in expected.items():
             run = rank[name]
             assert (run["type"], run["mesh"], run["dp_size"]) == (kind, mesh, dp_size), name
-            assert run["composable"] is True
+            assert run["strategy"] == strategy, name
+            assert run["composable"] is (name != "ddp4")
             assert run["cp_rank"] == 0
+        assert layouts[index]["ddp4"]["dp_rank"] == index
         # Ranks are laid out row-major: the last dimension varies fastest.
         assert layouts[index]["dp_shard2_tp2"]["tp_rank"] == index % 2
         assert layouts[index]["dp_shard2_tp2"]["dp_shard_rank"] == index // 2
@@ -89,6 +98,15 @@ def test_strategy_mesh_and_ranks_follow_the_layout(layouts):
         assert layouts[index]["hsdp2x2"]["dp_index"] == index
         assert layouts[index]["tp4"]["tp_rank"] == index
         assert layouts[index]["tp4"]["dp_index"] == 0
+
+
+def test_fsdp_units_and_activation_checkpointing_after_tensor_parallelism(layouts):
+    """Without FSDP settings the root is the one unit; with a plugin's transformer-based wrap
+    each Block is its own unit, checkpointed, inside the root unit."""
+    assert layouts[0]["dp_shard2_tp2"]["units"] == ["FSDPTinyTransformer"]
+    units = layouts[0]["blocks_ac_dp_shard2_tp2"]["units"]
+    assert units.count("FSDPBlock") == 2 and units.count("FSDPTinyTransformer") == 1
+    assert units.count("CheckpointWrapper") == 2
 
 
 def test_each_rank_holds_the_expected_fraction_of_each_weight(layouts, reference):
@@ -110,6 +128,15 @@ def test_plain_transformer_trained_with_a_tp_plan_equals_the_unsplit_model(layou
         for key, value in reference["weights"].items():
             assert not hasattr(full[key], "device_mesh"), key  # plain tensors, full size
             torch.testing.assert_close(full[key], value, atol=1e-5, rtol=1e-5)
+
+
+def test_save_model_writes_the_full_weights(layouts, checkpoint_dir, reference):
+    from safetensors.torch import load_file
+
+    saved = load_file(str(checkpoint_dir.parent / "checkpoint_model" / "model.safetensors"))
+    assert set(saved) == set(reference["weights"])
+    for key, value in reference["weights"].items():
+        torch.testing.assert_close(saved[key], value, atol=1e-5, rtol=1e-5)
 
 
 def test_checkpoint_saved_on_2x2_resumes_on_4x1_and_1x4(layouts, reference):
