@@ -223,3 +223,70 @@ def per_rank_folders(root: str, folder_of_rank: list[str]) -> dict:
         "loaders": [(loader.position, loader.seed) for loader in loaders],
         "rng_restored": rng_draws() == expected_draws,
     }
+
+
+class HoldsTensor:
+    """A registered object whose state holds one given tensor (a DTensor, a meta tensor...)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def state_dict(self) -> dict:
+        return {"moments": {"exp_avg": self.tensor}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tensor = state["moments"]["exp_avg"]
+
+
+def _refusal(function, *args, **kwargs) -> str:
+    try:
+        function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the type and message are what the test checks
+        return f"{type(error).__name__}: {error}"
+    return "nothing raised"
+
+
+def refuses_unwritable_tensors(root: str) -> dict:
+    """A DTensor or a meta tensor in a save: every rank raises, the previous checkpoint stays."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from accel_ckpt import latest_checkpoint
+    from accel_ckpt.pickle_io import save_pickled
+    from accel_ckpt.safetensors_io import write_safetensors
+
+    PartialState()
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (2,))
+    dtensor = distribute_tensor(torch.arange(8.0), mesh, [Shard(0)])
+    meta = torch.empty(8, device="meta")
+    out: dict = {}
+    for kind, tensor in (("dtensor", dtensor), ("meta", meta)):
+        path = Path(root, f"direct-{kind}-{rank}")
+        out[f"safetensors_{kind}"] = _refusal(
+            write_safetensors, path.with_suffix(".safetensors"), {"layer.weight": tensor}
+        )
+        out[f"pickle_{kind}"] = _refusal(
+            save_pickled, {"state": {0: {"exp_avg": tensor}}}, path.with_suffix(".pt")
+        )
+        out[f"{kind}_files_left"] = sorted(p.name for p in Path(root).glob(f"direct-{kind}-*"))
+
+    config = ProjectConfiguration(project_dir=f"{root}/project", automatic_checkpoint_naming=True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)  # the same on both ranks
+    save_state(models=[model], project_config=config)  # checkpoint_0: the good one
+    for kind, tensor in (("dtensor", dtensor), ("meta", meta)):
+        holder = HoldsTensor(tensor if rank == 0 else torch.zeros(4))  # only rank 0 holds it
+        out[f"save_state_{kind}"] = _refusal(
+            save_state, models=[model], custom_objects=[holder], project_config=config
+        )
+    meta_model = torch.nn.Linear(4, 2, device="meta" if rank == 0 else "cpu")
+    out["save_state_meta_model"] = _refusal(save_state, models=[meta_model], project_config=config)
+    dist.barrier()
+    checkpoints = Path(root, "project", "checkpoints")
+    out["checkpoints"] = sorted(p.name for p in checkpoints.iterdir())
+    out["latest"] = latest_checkpoint(checkpoints).name
+    fresh_model = torch.nn.Linear(4, 2)
+    load_state(checkpoints / "checkpoint_0", models=[fresh_model])
+    out["latest_loads"] = same(fresh_model.state_dict(), model.state_dict())
+    return out

@@ -1,7 +1,7 @@
 """Two real processes in a gloo group (one spawn: each costs seconds)."""
 
 import pytest
-from ckpt_workers import per_rank_folders, round_trips
+from ckpt_workers import per_rank_folders, refuses_unwritable_tensors, round_trips
 
 from accel_state.testing import spawn_workers
 
@@ -111,3 +111,29 @@ def test_each_rank_saves_and_loads_its_own_folder(tmp_path, folders):
             ]
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(folders))
+
+
+def test_unwritable_tensors_are_refused_on_every_rank_and_the_last_checkpoint_stays(tmp_path):
+    # A hang guard: on a loaded 2-core machine the spawned processes may take minutes.
+    results = spawn_workers(refuses_unwritable_tensors, 2, args=(str(tmp_path),), timeout=600)
+    for rank, out in enumerate(results):
+        for kind, words in (("dtensor", "DTensor"), ("meta", "meta device")):
+            # The direct writers name the key (or its path in the pickled object) and the type.
+            assert out[f"safetensors_{kind}"].startswith(
+                "InvalidArgumentError: tensor 'layer.weight'"
+            )
+            assert words in out[f"safetensors_{kind}"]
+            assert out[f"pickle_{kind}"].startswith("InvalidArgumentError: ")
+            assert ".state.0.exp_avg" in out[f"pickle_{kind}"] and words in out[f"pickle_{kind}"]
+            assert out[f"{kind}_files_left"] == []  # refused before the file was created
+            # save_state: rank 0 names its object's key; rank 1 is told rank 0 failed.
+            message = out[f"save_state_{kind}"]
+            if rank == 0:
+                assert message.startswith("InvalidArgumentError: custom object 0: moments.exp_avg")
+            else:
+                assert message.startswith("DistributedCheckpointError: ") and "rank 0" in message
+            assert words in message
+        assert "'weight'" in out["save_state_meta_model"] and "meta" in out["save_state_meta_model"]
+        assert out["checkpoints"] == ["checkpoint_0"]  # no staging folder, nothing published
+        assert out["latest"] == "checkpoint_0"
+        assert out["latest_loads"]

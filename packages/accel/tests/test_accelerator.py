@@ -149,6 +149,15 @@ def test_clip_grad_on_micro_steps_clips_as_accelerate():
     assert all(p.grad.abs().max() <= 0.01 for p in model.parameters())
 
 
+def test_clipping_parameters_without_gradients_does_nothing():
+    """Before the first backward (or after zero_grad), as clip_grad_norm_ returns 0 then."""
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(3, 1))
+    accelerator.clip_grad_value_(model.parameters(), 0.01)  # torch's own raises on no gradients
+    assert accelerator.clip_grad_norm_(model.parameters(), 1.0).item() == 0.0
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_argument_conflicts_are_errors():
     with pytest.raises(
         AcceleratorConfigError, match="gradient_accumulation_plugin were both given"

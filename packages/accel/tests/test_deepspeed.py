@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +17,15 @@ from typing import Any
 
 import pytest
 import torch
+from launched_jobs import Jobs, finish, run_waves, start
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
 from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
 from accel.utils.deepspeed import DeepSpeedPlugin, import_deepspeed
 from accel_state.contract import LaunchContract
-from accel_state.testing.environ import without_launcher_variables
 
 HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "deepspeed_script.py"
 EXAMPLE_CONFIG = HERE.parents[2] / "examples" / "deepspeed" / "zero_auto.json"
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
@@ -172,56 +172,6 @@ def test_import_accel_does_not_import_deepspeed() -> None:
 
 
 # ---------------------------------------------------------------------- launched jobs
-def _start(
-    flags: list[str], script_args: list[str], out: Path, processes: int = 2, cpu: bool = True
-) -> subprocess.Popen[str]:
-    """Start ``accel launch ... deepspeed_script.py --out OUT ...`` in its own session."""
-    env = without_launcher_variables(os.environ)
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    if cpu:
-        env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "accel-torch-extensions"))
-    accel = Path(sys.executable).with_name("accel")
-    command = [str(accel), "launch", *(["--cpu"] if cpu else []), "--num_processes", str(processes)]
-    command += [*flags, str(HERE / "deepspeed_script.py"), "--out", str(out), *script_args]
-    return subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-
-
-def _finish(job: subprocess.Popen[str], out: Path, timeout: float = 900) -> dict[str, Any]:
-    """Wait for a started job (killing its process group past ``timeout``); its report."""
-    try:
-        output, _ = job.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, 9)
-        output, _ = job.communicate()
-        return {"failed": f"timed out after {timeout} s\n{output[-6000:]}"}
-    if job.returncode != 0 or not out.exists():
-        return {"failed": f"exit {job.returncode}\n{output[-8000:]}"}
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
-
-
-Jobs = dict[str, tuple[list[str], list[str]]]
-
-
-def _run_waves(root: Path, waves: list[Jobs]) -> dict[str, dict[str, Any]]:
-    """Run each wave's jobs side by side (they mostly wait on imports and rendezvous)."""
-    reports: dict[str, dict[str, Any]] = {}
-    for wave in waves:
-        started = {
-            name: _start(flags, args, root / f"{name}.json") for name, (flags, args) in wave.items()
-        }
-        for name, job in started.items():
-            reports[name] = _finish(job, root / f"{name}.json")
-    return reports
-
-
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every launched job of this module, run once: the runs, then the resumed runs."""
@@ -244,7 +194,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         runs[f"zero{stage}"] = (flags, [*saving, "--save-model", str(root / f"model{stage}")])
         resumes[f"zero{stage}_resumed"] = (flags, ["--save-at", "3", "--resume", checkpoint])
     # The first run on a machine builds DeepSpeed's C++ CPU op (minutes); later runs load it.
-    reports = _run_waves(root, [runs, resumes])
+    reports = run_waves(SCRIPT, root, [runs, resumes])
     reports["_root"] = {"path": str(root)}
     return reports
 
@@ -348,7 +298,8 @@ def test_fp16_loss_scaling_inside_the_engine_on_gpus(tmp_path: Path, stage: int)
     flags = ["--use_deepspeed", "--zero_stage", str(stage), "--gradient_clipping", "1.0"]
     flags += ["--mixed_precision", "fp16"]
     out = tmp_path / "fp16.json"
-    run = _finish(_start(flags, ["--steps", "8"], out, processes=processes, cpu=False), out)
+    job = start(SCRIPT, flags, ["--steps", "8", "--out", str(out)], processes, cpu=False)
+    run = finish(job, out)
     assert "failed" not in run, run.get("failed")
     assert run["distributed_type"] == "DEEPSPEED" and run["num_processes"] == processes
     assert run["engine"]["fp16"] and run["engine"]["device"] == "cuda"

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from accel_ckpt.checksum import FileRecord
-from accel_ckpt.pickle_io import save_pickled
+from accel_ckpt.pickle_io import require_plain_tensors, save_pickled
 from accel_ckpt.safetensors_io import write_safetensors
 
 
@@ -62,6 +62,7 @@ class FileJob:
     def serialise_pickle(self) -> None:
         """Replace ``pickled`` by its bytes, so later changes to the object are not saved."""
         if self.pickled is not None:
+            require_plain_tensors(self.pickled, self.relpath)
             buffer = io.BytesIO()
             torch.save(self.pickled, buffer)
             self.pickled_bytes = buffer.getvalue()

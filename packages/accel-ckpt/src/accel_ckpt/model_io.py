@@ -24,6 +24,7 @@ from accel_ckpt.errors import (
     InvalidArgumentError,
     UnsupportedValueError,
 )
+from accel_ckpt.memory import require_plain_tensor
 from accel_ckpt.pickle_io import save_pickled
 from accel_ckpt.safetensors_io import write_safetensors
 from accel_ckpt.sharding import (
@@ -89,11 +90,7 @@ def split_aliases(
                 f"state_dict[{name!r}] is a {type(tensor).__name__}, not a tensor; model weights "
                 "must be tensors (store other state with save_state(custom_objects=[...]))."
             )
-        if tensor.device.type == "meta":
-            raise UnsupportedValueError(
-                f"state_dict[{name!r}] is on the meta device and has no data to save; load or "
-                "initialise the weights first."
-            )
+        require_plain_tensor(tensor, f"state_dict[{name!r}]")
         if tensor.numel() == 0:
             unique[name] = tensor
             continue

@@ -13,13 +13,14 @@ import io
 import os
 import pickle
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any, cast
 
 import torch
 
 from accel_ckpt.checksum import FileRecord, verify_file
 from accel_ckpt.errors import CorruptCheckpointError, UnsafeCheckpointError
+from accel_ckpt.memory import require_plain_tensor
 
 PathLike = str | os.PathLike[str]
 
@@ -70,8 +71,34 @@ class _RecordingWriter(io.RawIOBase):
         return len(view)
 
 
+def require_plain_tensors(obj: Any, where: str) -> None:
+    """Refuse a ``DTensor``, meta, sparse or other non-plain tensor anywhere in nested containers.
+
+    Walks dicts, lists, tuples and sets (what state dicts are made of) and checks every tensor
+    with :func:`accel_ckpt.memory.require_plain_tensor`, naming its path inside ``obj``.
+
+    Raises:
+        InvalidArgumentError: A tensor in ``obj`` is not a plain dense tensor.
+    """
+    pending: list[tuple[Any, str]] = [(obj, where)]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, torch.Tensor):
+            require_plain_tensor(value, path)
+        elif isinstance(value, Mapping):
+            pending.extend((item, f"{path}.{key}") for key, item in value.items())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            pending.extend((item, f"{path}.{index}") for index, item in enumerate(value))
+
+
 def save_pickled(obj: Any, path: PathLike, *, durable: bool = True) -> FileRecord:
-    """``torch.save(obj)`` to ``path`` (replacing it), fsynced when ``durable``."""
+    """``torch.save(obj)`` to ``path`` (replacing it), fsynced when ``durable``.
+
+    Raises:
+        InvalidArgumentError: ``obj`` holds a tensor that is not a plain dense tensor (see
+            :func:`require_plain_tensors`); nothing is written then.
+    """
+    require_plain_tensors(obj, os.path.basename(os.fspath(path)))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         writer = _RecordingWriter(fd)

@@ -27,7 +27,7 @@ from accel_ckpt.checksum import Crc32, FileRecord
 from accel_ckpt.direct_io import DirectFileWriter
 from accel_ckpt.dtypes import safetensors_code, torch_dtype
 from accel_ckpt.errors import CorruptCheckpointError
-from accel_ckpt.memory import empty_released, tensor_bytes
+from accel_ckpt.memory import empty_released, require_plain_tensor, tensor_bytes
 
 #: Bytes per buffered ``os.write`` call; also the unit handed to the CRC thread.
 CHUNK_SIZE = 32 * 1024 * 1024
@@ -107,7 +107,13 @@ def write_safetensors(
     Returns:
         The file's size and CRC-32.
 
+    Raises:
+        InvalidArgumentError: A value is not a plain dense tensor (a ``DTensor``, a meta or
+            sparse tensor...); nothing is written then.
+
     """
+    for name, tensor in tensors.items():
+        require_plain_tensor(tensor, f"tensor {name!r}")
     entries = file_order(tensors)
     prefix = encode_header(entries, metadata)
     total = len(prefix) + sum(t.numel() * t.element_size() for _, t in entries)

@@ -3,7 +3,8 @@
 Supported without pickle: ``None``, ``bool``, ``int``, ``float`` (also ``nan``/``inf``), ``str``,
 ``bytes``, ``list``, ``tuple``, ``dict`` / ``OrderedDict`` (any supported keys), tensors,
 ``torch.dtype``, ``torch.device``, ``torch.Size`` and, when numpy is installed, numpy arrays and
-scalars of numeric dtypes. Everything else raises :class:`UnsupportedValueError`.
+scalars of numeric dtypes. Everything else raises :class:`UnsupportedValueError`; a tensor
+that is not a plain dense tensor (``DTensor``, meta, sparse...) raises ``InvalidArgumentError``.
 
 JSON encoding: plain values and lists as themselves; dicts with string keys not starting with
 ``$`` as objects; everything else as a one-key tagged object (``{"$tuple": [...]}``,
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from accel_ckpt.errors import CorruptCheckpointError, UnsupportedValueError
+from accel_ckpt.memory import require_plain_tensor
 
 _PLAIN = (type(None), bool, int, float, str)
 
@@ -39,11 +41,7 @@ class _Encoder:
         known = self.names.get(id(value))
         if known is not None:
             return known
-        if value.layout != torch.strided or value.is_quantized:
-            raise UnsupportedValueError(
-                f"{self.what}: {path or 'the value'} is a {value.layout} tensor; only dense "
-                "tensors are stored. Convert it with .to_dense() in state_dict()."
-            )
+        require_plain_tensor(value, f"{self.what}: {path or 'the value'}")
         name = path or "tensor"
         while name in self.tensors:
             name += "'"

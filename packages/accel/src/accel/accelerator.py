@@ -557,7 +557,7 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
         accumulated so far on this process (under fp16 the norm is computed and clipped on the
         still-scaled gradient, and returned unscaled).
         """
-        tensors = _parameter_list(parameters)
+        tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
         engine_norm = self.strategy.engine_clip_grad_norm_(max_norm)
         if engine_norm is not None:
             return engine_norm
@@ -571,10 +571,13 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
         Gradients are unscaled first on synchronising steps under fp16; on micro-steps the
         bound is applied to the still-scaled gradient (``clip_value`` times the loss scale).
         """
-        tensors = _parameter_list(parameters)
+        tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
         if self.strategy.clip_grad_value_(clip_value):
             return
-        torch.nn.utils.clip_grad_value_(tensors, clip_value * self._gradient_scale())
+        bound = clip_value * self._gradient_scale()
+        with_gradients = [tensor for tensor in tensors if tensor.grad is not None]
+        if with_gradients:  # torch 2.13's foreach clamp raises on an empty list
+            torch.nn.utils.clip_grad_value_(with_gradients, bound)
 
     # ------------------------------------------------------------------ collectives
     def gather(self, tensor: Any) -> Any:

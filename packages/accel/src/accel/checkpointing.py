@@ -109,6 +109,7 @@ class CheckpointingMixin:
                 outermost wrapper as it is, keys such as ``module.`` prefixes included.
         """
         if not unwrap:
+            self.strategy.settle(model)
             return model.state_dict()
         return self.strategy.full_state_dict(model)
 

@@ -89,6 +89,24 @@ class ModelStrategy:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook when an optimizer is prepared, after the models (FSDP rebinds its parameters)."""
 
+    def settle(self, model: torch.nn.Module) -> None:
+        """Bring a prepared model to its resting layout before its parameters or state are read.
+
+        A sharding strategy may leave parameters gathered after a forward pass that had no
+        backward (FSDP2's root after an evaluation pass); read then, the model would show the
+        gathered copies instead of the shards the optimizer steps. Not a collective: safe to call
+        on one process. Default: nothing to do.
+        """
+
+    def resolve_parameters(self, parameters: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors that hold the gradients of ``parameters``, as listed by the caller.
+
+        Where a strategy swaps parameter objects (FSDP2's gathered stand-ins), a list taken from
+        ``model.parameters()`` at the wrong moment names the stand-ins; clipping must act on the
+        real ones. Default: ``parameters`` themselves.
+        """
+        return parameters
+
     def clip_grad_norm_(
         self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:

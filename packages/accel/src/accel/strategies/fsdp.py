@@ -198,12 +198,69 @@ class FSDPStrategy(ModelStrategy):
         return wrapped
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
-        """The module inside an FSDP1 wrapper (an FSDP2 model is its own module)."""
+        """The module inside an FSDP1 wrapper; an FSDP2 model is its own module, resharded."""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         if isinstance(model, FSDP):
             return model.module
+        self.settle(model)
         return None
+
+    def settle(self, model: torch.nn.Module) -> None:
+        """Reshard every FSDP2 unit of ``model`` that a forward pass left gathered.
+
+        The root keeps its gathered parameters after forward (torch's default, one all-gather
+        per step less, since backward needs them first); after a forward with no backward (an
+        evaluation pass) they stay gathered, and ``model.parameters()`` then names gathered
+        stand-ins instead of the sharded ``DTensor`` parameters the optimizer steps. Resharding
+        frees the gathered memory locally (no collective); the next forward gathers again.
+        FSDP1 reshards inside its own state-dict and clipping calls: nothing to do.
+        """
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+
+    def _live_roots(self) -> list[torch.nn.Module]:
+        return [model for root in self._roots if (model := root()) is not None]
+
+    def _resting_moves(self, parameters: Sequence[torch.Tensor]) -> ParameterMoves:
+        """Settle every prepared model; map gathered stand-ins among ``parameters`` to shards.
+
+        Parameters are matched by name inside their model, read before and after resharding.
+        """
+        wanted = {id(parameter) for parameter in parameters}
+        moves: ParameterMoves = {}
+        for model in self._live_roots():
+            gathered = {
+                name: parameter
+                for name, parameter in model.named_parameters()
+                if id(parameter) in wanted
+            }
+            self.settle(model)
+            if not gathered:
+                continue
+            resting = dict(model.named_parameters())
+            for name, parameter in gathered.items():
+                shard = resting.get(name)
+                if shard is not None and shard is not parameter:
+                    moves[id(parameter)] = (weakref.ref(parameter), shard)
+        return moves
+
+    def resolve_parameters(self, parameters: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``parameters`` with FSDP2's gathered stand-ins replaced by the sharded parameters."""
+        if self.fsdp.fsdp_version != 2:
+            return parameters
+        from torch.distributed.tensor import DTensor
+
+        if all(isinstance(parameter, DTensor) for parameter in parameters):
+            return parameters  # already the shards (the usual case, right after backward)
+        moves = self._resting_moves(parameters)
+        return [
+            moves[id(parameter)][1] if id(parameter) in moves else parameter
+            for parameter in parameters
+        ]
 
     # ------------------------------------------------------------------ optimizers
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -213,11 +270,16 @@ class FSDPStrategy(ModelStrategy):
             AcceleratorConfigError: The optimizer holds parameters of no prepared FSDP model.
         """
         switch_parameters(optimizer, self._moves)
+        # An optimizer built on model.parameters() after an evaluation forward holds gathered
+        # stand-ins of the root's parameters: point it at the shards (this settles every model).
+        switch_parameters(
+            optimizer,
+            self._resting_moves(
+                [parameter for group in optimizer.param_groups for parameter in group["params"]]
+            ),
+        )
         sharded = {
-            id(parameter)
-            for root in self._roots
-            if (model := root()) is not None
-            for parameter in model.parameters()
+            id(parameter) for model in self._live_roots() for parameter in model.parameters()
         }
         stray = [
             tuple(parameter.shape)
@@ -252,8 +314,7 @@ class FSDPStrategy(ModelStrategy):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         wanted = {id(parameter) for parameter in parameters}
-        for root in self._roots:
-            model = root()
+        for model in self._live_roots():
             if isinstance(model, FSDP) and wanted <= {id(p) for p in model.parameters()}:
                 return model.clip_grad_norm_(max_norm, norm_type)
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
@@ -274,6 +335,8 @@ class FSDPStrategy(ModelStrategy):
             if not self._is_sharded(model):
                 plain_models.append(model)
                 continue
+            # Read the shards, whatever the last forward left gathered: the optimizers hold them.
+            self.settle(model)
             own = {id(parameter) for parameter in model.parameters()}
             mine = [
                 opt
@@ -300,6 +363,7 @@ class FSDPStrategy(ModelStrategy):
         """The gathered, unsharded weights on the CPU (complete on the main process)."""
         if not self._is_sharded(model):
             return super().full_state_dict(model)
+        self.settle(model)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         from accel.strategies.fsdp_checkpoint import off_cpu

@@ -134,6 +134,7 @@ class FSDPModelState:
         self._apply(state, full=False)
 
     def _save_full(self, folder: pathlib.Path) -> None:
+        from accel_ckpt.pickle_io import save_pickled
         from accel_ckpt.safetensors_io import write_safetensors
 
         state = self._state(full=True)
@@ -141,8 +142,10 @@ class FSDPModelState:
             folder.mkdir(parents=True, exist_ok=True)
             write_safetensors(folder / FULL_MODEL_FILE, state[MODEL_KEY], {})
             if OPTIMIZER_KEY in state:
-                torch.save(state[OPTIMIZER_KEY], folder / FULL_OPTIMIZER_FILE)
-        dist.barrier()
+                save_pickled(state[OPTIMIZER_KEY], folder / FULL_OPTIMIZER_FILE)
+        # No barrier here: accel-ckpt's save protocol exchanges every process's outcome right
+        # after this call, so an error on rank 0 (a refused tensor, a full disk) reaches every
+        # rank instead of leaving the others waiting in a barrier rank 0 never enters.
 
     def _load_full(self, folder: pathlib.Path) -> None:
         """Every rank reads the gathered files (shared filesystem) and keeps its own shards."""
