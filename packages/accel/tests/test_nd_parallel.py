@@ -182,12 +182,12 @@ HSDP_YAML = textwrap.dedent(
 )
 
 
-def _launch(arguments: list[str], output: Path, home: Path) -> list[dict]:
+def _launch(arguments: list[str], output: Path, home: Path, *extra: str) -> list[dict]:
     prefixes = ("ACCEL_", "PARALLELISM_CONFIG_", "ACCELERATE_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env.update(OMP_NUM_THREADS="1", HF_HOME=str(home), CUDA_VISIBLE_DEVICES="")
     output.mkdir()
-    script = [str(TESTS / "nd_launch_script.py"), str(output), str(home / "checkpoint")]
+    script = [str(TESTS / "nd_launch_script.py"), str(output), str(home / "checkpoint"), *extra]
     command = [sys.executable, "-m", "accel_launch.cli", "launch", *arguments, *script]
     result = subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=800, check=False
@@ -212,7 +212,7 @@ def launched(tmp_path_factory) -> dict[str, list[dict]]:
     first = _launch(flags, home / "first", home)
     config = home / "hsdp.yaml"
     config.write_text(HSDP_YAML)
-    resumed = _launch(["--config_file", str(config)], home / "resumed", home)
+    resumed = _launch(["--config_file", str(config)], home / "resumed", home, "--resume")
     return {"first": first, "resumed": resumed}
 
 
