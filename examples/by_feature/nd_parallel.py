@@ -1,4 +1,4 @@
-"""Train a small transformer with N-D parallelism: FSDP2 x tensor parallelism (or HSDP) on one mesh.
+r"""Train a small transformer with N-D parallelism: FSDP2 x tensor parallelism (or HSDP) on one mesh.
 
 The model is a plain ``nn.Module`` that carries its tensor-parallel plan (``tp_plan``, the
 attribute transformers models have): attention and MLP projections split Megatron-style. The
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import ClassVar
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -34,6 +35,8 @@ VOCAB, SEQ = 64, 32
 
 
 class Attention(torch.nn.Module):
+    """Causal self-attention."""
+
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.head_dim = dim // heads
@@ -43,6 +46,7 @@ class Attention(torch.nn.Module):
         self.o = torch.nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend over the earlier positions."""
         batch, length, _ = x.shape
 
         def heads(t: torch.Tensor) -> torch.Tensor:
@@ -56,6 +60,8 @@ class Attention(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
+    """Pre-norm attention and MLP, each with a residual."""
+
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.norm1 = torch.nn.LayerNorm(dim)
@@ -65,13 +71,16 @@ class Block(torch.nn.Module):
         self.down = torch.nn.Linear(4 * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
         x = x + self.attn(self.norm1(x))
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
 
 
 class TinyLM(torch.nn.Module):
+    """Token and position embeddings, blocks, a head."""
+
     # How to split it over the mesh's tp dimension ('*' matches one module-name component).
-    tp_plan = {
+    tp_plan: ClassVar[dict[str, str]] = {
         "blocks.*.attn.q": "colwise",
         "blocks.*.attn.k": "colwise",
         "blocks.*.attn.v": "colwise",
@@ -89,6 +98,7 @@ class TinyLM(torch.nn.Module):
         self.head = torch.nn.Linear(dim, VOCAB)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-token logits for every position."""
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embed(tokens) + self.position(positions)
         for block in self.blocks:
@@ -163,9 +173,13 @@ def main() -> None:
         with torch.no_grad():
             for (tokens,) in test:
                 logits = model(tokens[:, :-1])
-                loss = torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1), reduction="none"
-                ).view(tokens.shape[0], -1).mean(dim=1)
+                loss = (
+                    torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1), reduction="none"
+                    )
+                    .view(tokens.shape[0], -1)
+                    .mean(dim=1)
+                )
                 losses.append(accelerator.gather_for_metrics(loss))
         mean = torch.cat(losses).mean().item()
         accelerator.print(f"epoch {epoch}: test loss {mean:.3f}, perplexity {math.exp(mean):.2f}")
