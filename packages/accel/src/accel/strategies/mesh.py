@@ -66,6 +66,8 @@ class MeshStrategy(FSDPStrategy):
             handler = config.tp_handler
             plan = None if handler is None else handler.plan
             self.tensor_parallel = TensorParallel(parallel_mesh.get_mesh("tp"), plan)
+            if handler is not None and handler.enable_async_tp:  # CUDA (checked at init)
+                _enable_async_tp(parallel_mesh.get_mesh("tp"))
         if config.cp_enabled:
             from accel.strategies.context_parallel import check_device
 
@@ -127,6 +129,15 @@ class MeshStrategy(FSDPStrategy):
     ) -> torch.Tensor:
         """Clip by the norm over every mesh dimension; returns that norm (a plain tensor)."""
         return grad_norm.clip_grad_norm(parameters, max_norm, norm_type)
+
+
+def _enable_async_tp(tp_mesh: Any) -> None:
+    """Enable async TP: compiled matmuls overlap the ``tp`` collectives (symmetric memory)."""
+    import torch._inductor.config as inductor_config
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+    inductor_config._micro_pipeline_tp = True
+    enable_symm_mem_for_group(tp_mesh.get_group().group_name)
 
 
 def _dynamo_plugin() -> TorchDynamoPlugin | None:
