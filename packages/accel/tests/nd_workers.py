@@ -277,7 +277,35 @@ def layouts_job(checkpoint: str) -> dict[str, Any]:
         results[f"resumed_{name}"] = run_epoch(accelerator, model, optimizer, train)["losses"][0]
     results["refusals"] = refusals()
     AcceleratorState._reset_state()
+    results["groups_alive_after_exit"] = groups_alive_after_exit_hooks()
     return results
+
+
+def groups_alive_after_exit_hooks() -> int:
+    """Run the exit hooks now: how many process groups of the job's meshes stay alive.
+
+    Alive after the default group is destroyed, a group keeps its gloo threads until interpreter
+    shutdown, where one still finishing a collective aborts the process.
+    """
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from accel.strategies import mesh as mesh_strategy
+    from accel_state import device_mesh
+
+    groups = [dist.group.WORLD] + [
+        group
+        for mesh in list(device_mesh._BUILT)
+        for group in mesh.world_mesh._pg_registry.values()
+    ]
+    refs = [weakref.ref(group) for group in groups]
+    del groups
+    mesh_strategy._release_at_exit()
+    device_mesh._release_at_exit()
+    gc.collect()
+    return sum(ref() is not None for ref in refs)
 
 
 def _error(config_kwargs: dict[str, Any], **accelerator_kwargs: Any) -> str:

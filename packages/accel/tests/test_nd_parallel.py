@@ -147,6 +147,12 @@ def test_checkpoint_saved_on_2x2_resumes_on_4x1_and_1x4(layouts, reference):
             assert nd_workers.close([rank[resumed]], [reference["losses"][STEPS]]), resumed
 
 
+def test_exit_frees_every_mesh_group(layouts):
+    """At exit the meshes' and FSDP2's groups are dropped after the default group is destroyed,
+    so each joins its gloo threads (a live one may abort interpreter shutdown)."""
+    assert [rank["groups_alive_after_exit"] for rank in layouts] == [0] * WORLD
+
+
 @pytest.mark.parametrize(
     ("case", "words"),
     [

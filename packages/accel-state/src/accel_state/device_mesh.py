@@ -13,7 +13,9 @@ rank and size: :class:`~accel_state.PartialState` asks the active mesh (:func:`a
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +26,8 @@ from accel_state.parallelism_config import ParallelismConfig
 from accel_state.shared import shared_dict
 
 _ACTIVE = shared_dict("ParallelMesh")
+#: Every mesh built in this process, for the exit hook (see :func:`_release_at_exit`).
+_BUILT: weakref.WeakSet[ParallelMesh] = weakref.WeakSet()
 
 
 def _flattened_dims(config: ParallelismConfig) -> dict[str, list[str]]:
@@ -81,8 +85,28 @@ class ParallelMesh:
             for name, dims in _flattened_dims(self.config).items():
                 if dims:
                     self._flattened[name] = self._world[tuple(dims)]._flatten(name)
+            if not _BUILT:
+                atexit.register(_release_at_exit)
+            _BUILT.add(self)
         self._built = True
         return self._world
+
+    def release_groups(self) -> None:
+        """Drop the meshes' references to their process groups (after the groups are destroyed).
+
+        A ``DeviceMesh`` keeps its groups in a registry, and every DTensor holds its mesh, so a
+        destroyed group would outlive the interpreter with its gloo worker threads, and one that
+        still finishes a collective then aborts the process ("terminate called without an active
+        exception"). Freed here, each group joins its threads. The meshes cannot communicate
+        afterwards.
+        """
+        for mesh in [self._world, *self._flattened.values()]:
+            if mesh is None:
+                continue
+            for holder in (mesh, getattr(mesh, "_root_mesh", None)):
+                registry = getattr(holder, "_pg_registry", None)
+                if isinstance(registry, dict):
+                    registry.clear()
 
     @property
     def world_mesh(self) -> Any:
@@ -184,6 +208,15 @@ class ParallelMesh:
             f"ParallelMesh({self.config.describe()}, device_type={self.device_type!r}, "
             f"rank={self.rank})"
         )
+
+
+def _release_at_exit() -> None:
+    """At a normal exit: stop the group accel-state started, then free the meshes' groups."""
+    from accel_state.process_group import stop_at_exit
+
+    if stop_at_exit():
+        for mesh in list(_BUILT):
+            mesh.release_groups()
 
 
 def _unravel(rank: int, shape: Sequence[int]) -> list[int]:

@@ -21,8 +21,9 @@ and gradient clipping takes the norm over every mesh dimension.
 
 from __future__ import annotations
 
+import atexit
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -39,6 +40,9 @@ from accel.strategies.fsdp import (
 from accel.strategies.tensor_parallel import TensorParallel, is_split
 from accel_state import PartialState
 from accel_state.device_mesh import ParallelMesh
+
+#: Every model this process prepared on a mesh, for the exit hook (see ``_release_at_exit``).
+_PREPARED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 class MeshStrategy(FSDPStrategy):
@@ -108,6 +112,9 @@ class MeshStrategy(FSDPStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(model))
+        if not _PREPARED:
+            atexit.register(_release_at_exit)
+        _PREPARED.add(model)
         return model
 
     def compile(self, model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
@@ -129,6 +136,45 @@ class MeshStrategy(FSDPStrategy):
     ) -> torch.Tensor:
         """Clip by the norm over every mesh dimension; returns that norm (a plain tensor)."""
         return grad_norm.clip_grad_norm(parameters, max_norm, norm_type)
+
+
+def release_fsdp_groups(models: Iterable[torch.nn.Module]) -> None:
+    """Drop FSDP2's references to process groups from ``models`` (once the groups are destroyed).
+
+    FSDP2 keeps each unit's groups in its mesh infos; a destroyed group held there outlives the
+    interpreter with its gloo threads, and one still finishing a collective then aborts the
+    process ("terminate called without an active exception"). Freed, the groups join their
+    threads. The models cannot run distributed steps afterwards.
+    """
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    for model in models:
+        for module in model.modules():
+            if not isinstance(module, FSDPModule):
+                continue
+            group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
+            if group is None:
+                continue
+            holders = [group, *getattr(group, "fsdp_params", [])]
+            infos = [
+                info
+                for holder in holders
+                for name in ("mesh_info", "post_forward_mesh_info")
+                if (info := getattr(holder, name, None)) is not None
+            ]
+            for info in infos:
+                for name, value in list(vars(info).items()):
+                    if isinstance(value, dist.ProcessGroup):
+                        setattr(info, name, None)
+
+
+def _release_at_exit() -> None:
+    """At a normal exit: stop the group accel-state started, then free what FSDP2 holds."""
+    from accel_state.process_group import stop_at_exit
+
+    if stop_at_exit():
+        release_fsdp_groups(list(_PREPARED))
 
 
 def _enable_async_tp(tp_mesh: Any) -> None:
