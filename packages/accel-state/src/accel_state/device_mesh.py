@@ -14,6 +14,7 @@ rank and size: :class:`~accel_state.PartialState` asks the active mesh (:func:`a
 from __future__ import annotations
 
 import atexit
+import gc
 import math
 import weakref
 from collections.abc import Sequence
@@ -101,12 +102,9 @@ class ParallelMesh:
         afterwards.
         """
         for mesh in [self._world, *self._flattened.values()]:
-            if mesh is None:
-                continue
-            for holder in (mesh, getattr(mesh, "_root_mesh", None)):
-                registry = getattr(holder, "_pg_registry", None)
-                if isinstance(registry, dict):
-                    registry.clear()
+            if mesh is not None:
+                _clear_registry(mesh)
+                _clear_registry(getattr(mesh, "_root_mesh", None))
 
     @property
     def world_mesh(self) -> Any:
@@ -214,9 +212,23 @@ def _release_at_exit() -> None:
     """At a normal exit: stop the group accel-state started, then free the meshes' groups."""
     from accel_state.process_group import stop_at_exit
 
-    if stop_at_exit():
-        for mesh in list(_BUILT):
-            mesh.release_groups()
+    if not stop_at_exit():
+        return
+    for mesh in list(_BUILT):
+        mesh.release_groups()
+    # Meshes made from these groups elsewhere (slices, DeviceMesh.from_group by FSDP or the
+    # checkpoint helpers, meshes kept in torch's sharding caches) hold them in registries too.
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for obj in gc.get_objects():
+        if isinstance(obj, DeviceMesh):
+            _clear_registry(obj)
+
+
+def _clear_registry(mesh: Any) -> None:
+    registry = getattr(mesh, "_pg_registry", None)
+    if isinstance(registry, dict):
+        registry.clear()
 
 
 def _unravel(rank: int, shape: Sequence[int]) -> list[int]:
