@@ -305,30 +305,6 @@ def groups_alive_after_exit_hooks() -> int:
     mesh_strategy._release_at_exit()
     device_mesh._release_at_exit()
     gc.collect()
-    import os
-
-    if os.environ.get("ND_DEBUG_REFS"):
-        for ref in refs:
-            group = ref()
-            if group is None:
-                continue
-            for holder in gc.get_referrers(group):
-                kind = type(holder).__name__
-                keys = (
-                    [k for k, v in holder.items() if v is group][:3]
-                    if isinstance(holder, dict)
-                    else ""
-                )
-                owners = [type(o).__name__ for o in gc.get_referrers(holder)][:6]
-                print(
-                    "ALIVE",
-                    dist.get_rank(),
-                    group.group_name if hasattr(group, "group_name") else "",
-                    kind,
-                    keys,
-                    owners,
-                    flush=True,
-                )
     return sum(ref() is not None for ref in refs)
 
 
