@@ -114,7 +114,7 @@ class TorchContextParallelConfig:
 class DeepSpeedSequenceParallelConfig:
     """DeepSpeed ALST/Ulysses settings (``sp_backend="deepspeed"``), kept for configuration files.
 
-    accel refuses ``sp_size > 1`` (see :meth:`ParallelismConfig.sequence_parallel_refusal`).
+    accel's Accelerator refuses ``sp_size > 1``, saying why (``accel.parallelism``).
 
     Args:
         sp_seq_length: Sequence length when it is fixed.

@@ -1,20 +1,19 @@
 """Tensor parallelism for any torch model: a plan of module-name patterns to styles.
 
 The plan is applied with ``torch.distributed.tensor.parallel.parallelize_module`` on the mesh's
-``tp`` dimension.
+``tp`` dimension. It comes from ``TorchTensorParallelConfig(plan=...)`` or the model's own
+``tp_plan`` / ``_tp_plan`` attribute (the attribute transformers models carry), in transformers'
+style vocabulary:
 
-The plan comes from ``TorchTensorParallelConfig(plan=...)`` or the model's own ``tp_plan`` /
-``_tp_plan`` attribute (the attribute transformers models carry), in transformers' style
-vocabulary:
-
-=====================  =======================================================================
-``"colwise"``          ``ColwiseParallel()``: output features split, output sharded on the last dim
-``"rowwise"``          ``RowwiseParallel()``: input features split, output all-reduced
-``"colwise_rep"``      ``ColwiseParallel(output_layouts=Replicate())``: output gathered
-``"rowwise_rep"``      ``RowwiseParallel(input_layouts=Replicate())``: input split locally
+=======================  ===============================================================
+``"colwise"``            ``ColwiseParallel()``: output features split, output sharded on the
+                         last dimension
+``"rowwise"``            ``RowwiseParallel()``: input features split, output all-reduced
+``"colwise_rep"``        ``ColwiseParallel(output_layouts=Replicate())``: output gathered
+``"rowwise_rep"``        ``RowwiseParallel(input_layouts=Replicate())``: input split locally
 ``"sequence_parallel"``  ``SequenceParallel()``: norms/dropout on sequence shards (dim 1)
-``"replicate"``        :class:`ReplicateParallel`: parameters replicated on the ``tp`` mesh
-=====================  =======================================================================
+``"replicate"``          :class:`ReplicateParallel`: parameters replicated on the ``tp`` mesh
+=======================  ===============================================================
 
 A style may also be a dict ``{"style": <name>, "input_layouts": ..., "output_layouts": ...,
 "use_local_output": ...}`` (layouts ``"replicate"`` or ``"shard(<dim>)"``, or ``Placement``
