@@ -86,7 +86,8 @@ class ParallelMesh:
             for name, dims in _flattened_dims(self.config).items():
                 if dims:
                     self._flattened[name] = self._world[tuple(dims)]._flatten(name)
-            if not _BUILT:
+            if not _BUILT:  # (re-)register once: atexit would call a hook twice
+                atexit.unregister(_release_at_exit)
                 atexit.register(_release_at_exit)
             _BUILT.add(self)
         self._built = True

@@ -112,7 +112,8 @@ class MeshStrategy(FSDPStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(model))
-        if not _PREPARED:
+        if not _PREPARED:  # (re-)register once: atexit would call a hook twice
+            atexit.unregister(_release_at_exit)
             atexit.register(_release_at_exit)
         _PREPARED.add(model)
         return model
