@@ -58,7 +58,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
     # Local wheel folders configured for pip (such as a CPU build of torch) serve uv too.
     os.environ["UV_FIND_LINKS"] = ",".join(os.environ["PIP_FIND_LINKS"].split())
-nox.options.sessions = ["lint", "typecheck", "install", "tests", "integration"]
+nox.options.sessions = ["lint", "typecheck", "install", "tests", "integration", "peer"]
 
 
 def declared_dependencies(package: str) -> list[str]:
@@ -179,6 +179,50 @@ def integration(session: nox.Session) -> None:
     )
 
 
+# What Accelerate's shipped test scripts import besides accel (scripts/peer_scripts.py): pytest
+# (test_notebook.py), numpy, and the Hugging Face libraries of external_deps/test_metrics.py,
+# pinned so the session is the same on every machine. pip downloads the pinned Accelerate wheel.
+PEER_SCRIPT_DEPENDENCIES = [
+    "pip",
+    "pytest",
+    "numpy",
+    "transformers==5.24.0",
+    "datasets==5.2.0",
+    "evaluate==0.4.6",
+]
+PEER_ENV = {**CPU_ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@nox.session(tags=["ci"])
+def peer(session: nox.Session) -> None:
+    """Accelerate 1.15's own distributed test scripts, renamed to accel, on 1 and 2 CPU processes.
+
+    The wheel is downloaded once into ~/.cache/accel-peer (sha256 checked) and only read; see
+    scripts/peer_scripts.py for how each script runs, why some are skipped, and the summary.
+    """
+    session.install(
+        "-c",
+        CONSTRAINTS["cpu"],
+        *package_targets(PACKAGES, extras="fsdp"),
+        *PEER_SCRIPT_DEPENDENCIES,
+    )
+    session.run("python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=PEER_ENV)
+
+
+@nox.session
+def peer_baseline(session: nox.Session) -> None:
+    """The same scripts on Hugging Face Accelerate 1.15.0 itself, in a venv of its own."""
+    session.install("-c", CONSTRAINTS["cpu"], "accelerate==1.15.0", *PEER_SCRIPT_DEPENDENCIES)
+    session.run(
+        "python",
+        str(ROOT / "scripts" / "peer_scripts.py"),
+        "--target",
+        "accelerate",
+        *session.posargs,
+        env=PEER_ENV,
+    )
+
+
 @nox.session(tags=["ci"], reuse_venv=False)
 @nox.parametrize("install", list(INSTALLS))
 def install(session: nox.Session, install: str) -> None:
@@ -196,6 +240,15 @@ def install(session: nox.Session, install: str) -> None:
         "import importlib.util, sys; "
         "sys.exit('numpy is installed, so this venv cannot show that it is not needed' "
         "if importlib.util.find_spec('numpy') else 0)",
+    )
+    # Optional engines come only with their extras (accel[fp8], accel[bnb], accel[deepspeed]).
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; "
+        "extra = [m for m in ('torchao', 'bitsandbytes', 'deepspeed', 'transformer_engine') "
+        "if importlib.util.find_spec(m)]; "
+        "sys.exit(f'optional packages in a plain install: {extra}' if extra else 0)",
     )
     tmp = session.create_tmp()
     with session.chdir(INSTALL_CHECKS_DIR):

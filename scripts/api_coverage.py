@@ -57,7 +57,10 @@ _BIG_MODEL = (
     "a lower-level big-model helper of Accelerate that accel's big-model API "
     "(accel_ckpt.big_modeling) uses internally or does not need"
 )
-_FP8 = "fp8 training (Transformer Engine, torchao, MS-AMP) is not implemented; mixed_precision='fp8' is refused"
+_FP8 = (
+    "a decorator internal to Accelerate's torchao helpers; accel checks torchao (and names "
+    "accel[fp8]) where fp8 is set up (accel/fp8/capability.py)"
+)
 
 # Reasons for names that are absent or differ, keyed by (namespace, name). A name listed here as
 # "differs" is reported so even when the automatic comparison finds nothing missing.
@@ -77,7 +80,25 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
     ),
     ("Accelerator", "deepspeed_ulysses_dl_adapter"): ("absent", _DEEPSPEED),
     ("Accelerator", "lomo_backward"): ("absent", "the LOMO optimizer is not a target of accel"),
-    ("Accelerator", "fp8_backend"): ("absent", _FP8),
+    ("accelerate.utils", "filter_first_and_last_linear_layers"): (
+        "differs",
+        "skips the first and last linear layers of the model being converted; Accelerate's, "
+        "given each layer, looks for them inside that layer and so skips none",
+    ),
+    ("accelerate.utils", "AORecipeKwargs"): (
+        "differs",
+        "config is built at prepare (no torchao import when the recipe is made); "
+        "enable_fsdp_float8_all_gather acts under FSDP2 only and is turned off elsewhere",
+    ),
+    ("accelerate.utils", "FP8RecipeKwargs"): (
+        "differs",
+        "also accepts backend='AO' (torchao); no deprecation warning",
+    ),
+    ("accelerate.utils", "load_and_quantize_model"): (
+        "differs",
+        "runs on the CPU too, and offloads 4-bit layers (quantized) where Accelerate refuses; "
+        "reads safetensors checkpoints only",
+    ),
     ("Accelerator", "clip_grad_norm_"): (
         "differs",
         "under fp16 an accumulation micro-step clips the still-scaled gradient instead of "
@@ -119,17 +140,7 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
     (r".*", r"(?i).*deepspeed.*|GatheredParameters", _DEEPSPEED),
     (r".*", r"(?i).*fsdp.*|FullyShardedDataParallelPlugin", _FSDP),
-    (
-        r".*",
-        r"(?i)(AO|FP8|MSAMP|TE)RecipeKwargs|ao|transformer_engine|.*fp8.*|convert_model"
-        r"|filter_first_and_last_linear_layers|has_(ao|transformer_engine)_layers|torchao_required",
-        _FP8,
-    ),
-    (
-        r".*",
-        r"(?i).*bnb.*|load_and_quantize_model",
-        "bitsandbytes quantization is not a target of accel",
-    ),
+    (r".*", r"torchao_required", _FP8),
     (
         r".*",
         r"get_model_tp_size|model_has_dtensor|AccelerateSequenceParallelConfig"

@@ -145,8 +145,8 @@ def main() -> None:
     set_seed(0)
     # Each data-parallel rank reads its share of the batch; tp ranks of one group read the same.
     per_rank = args.batch_size // accelerator.state.partial.data_parallel_size
-    train = DataLoader(counting_sequences(1024, 1), batch_size=per_rank, shuffle=True)
-    test = DataLoader(counting_sequences(256, 2), batch_size=per_rank)
+    train = DataLoader(counting_sequences(512, 1), batch_size=per_rank, shuffle=True)
+    test = DataLoader(counting_sequences(128, 2), batch_size=per_rank)
     model = TinyLM()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     model, optimizer, train, test = accelerator.prepare(model, optimizer, train, test)

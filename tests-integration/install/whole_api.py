@@ -4,8 +4,9 @@ import sys
 
 import torch
 
-from accel import Accelerator
+from accel import Accelerator, UnsupportedFeatureError
 from accel.utils import gather_object, set_seed
+from accel_state import reset_state
 
 
 def build() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader]:
@@ -28,8 +29,33 @@ def train(accelerator: Accelerator, model, optimizer, loader) -> list[float]:
     return losses
 
 
+def check_low_precision_is_refused_without_its_extras() -> None:
+    """fp8 and 8-bit loading need accel[fp8] / accel[bnb]: refused by name, never imported."""
+    try:
+        Accelerator(mixed_precision="fp8")
+    except UnsupportedFeatureError as error:
+        if "accel[fp8]" not in str(error):
+            raise SystemExit(f"fp8 refusal does not name the extra: {error}") from None
+    else:
+        raise SystemExit("mixed_precision='fp8' without torchao was not refused")
+    reset_state(stop_process_group=False)
+    from accel.utils import BnbQuantizationConfig, load_and_quantize_model
+
+    try:
+        load_and_quantize_model(torch.nn.Linear(4, 4), BnbQuantizationConfig(load_in_8bit=True))
+    except ValueError as error:
+        if "accel-ckpt[bnb]" not in str(error):
+            raise SystemExit(f"bitsandbytes refusal does not name the extra: {error}") from None
+    else:
+        raise SystemExit("8-bit loading without bitsandbytes was not refused")
+    loaded = [name for name in ("torchao", "bitsandbytes", "deepspeed") if name in sys.modules]
+    if loaded:
+        raise SystemExit(f"optional packages were imported: {loaded}")
+
+
 def main() -> None:
     folder = sys.argv[1]
+    check_low_precision_is_refused_without_its_extras()
     accelerator = Accelerator(gradient_accumulation_steps=2)
     model, optimizer, loader = accelerator.prepare(*build())
     train(accelerator, model, optimizer, loader)

@@ -417,3 +417,67 @@ def test_parallelism_section_from_a_file_and_flags_over_it():
     plan = plan_for("--cpu", "--parallelism_config_tp_size", "1", config=config)
     assert plan.env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
     assert plan.env["PARALLELISM_CONFIG_TP_SIZE"] == "1"
+
+
+def test_fp8_flags_reach_the_contract_as_recipe_fields():
+    plan = plan_for(
+        "--cpu",
+        "--mixed_precision",
+        "fp8",
+        "--fp8_backend",
+        "ao",
+        "--fp8-pad-inner-dim",
+        "false",
+        "--fp8_enable_fsdp_float8_all_gather",
+        "true",
+        "--fp8_format",
+        "e4m3",
+        "--fp8_override_linear_precision",
+        "false,true,false",
+        "--fp8_use_autocast_during_eval",
+        "--fp8_margin",
+        "1",
+        "--fp8_opt_level",
+        "o1",
+    )
+    contract = LaunchContract.from_env(plan.env)
+    assert contract == plan.contract
+    assert contract.mixed_precision == "fp8" and contract.fp8_backend == "AO"
+    assert contract.fp8_config == {
+        "pad_inner_dim": False,
+        "enable_fsdp_float8_all_gather": True,
+        "fp8_format": "E4M3",
+        "override_linear_precision": [False, True, False],
+        "use_autocast_during_eval": True,
+        "margin": 1,
+        "opt_level": "O1",
+    }
+    assert not any("fp8" in note for note in plan.notes)
+
+
+def test_accelerates_fp8_config_section_is_read(tmp_path):
+    path = tmp_path / "fp8.yaml"
+    path.write_text(
+        "compute_environment: LOCAL_MACHINE\nmixed_precision: fp8\nnum_processes: 1\nuse_cpu: true\n"
+        "fp8_config:\n  backend: TE\n  amax_history_length: 16\n"
+        "  amax_compute_algorithm: max\n  optimization_level: O1\n  fp8_format: HYBRID\n"
+    )
+    plan = plan_for(config=read_config_file(path))
+    assert plan.contract.fp8_backend == "TE"
+    assert plan.contract.fp8_config == {
+        "amax_history_len": 16,
+        "amax_compute_algo": "max",
+        "opt_level": "O1",
+        "fp8_format": "HYBRID",
+    }
+    # A flag overrides the file's key.
+    flagged = plan_for("--fp8_backend", "ao", config=read_config_file(path))
+    assert flagged.contract.fp8_backend == "AO"
+
+
+def test_fp8_settings_without_fp8_are_reported_and_bad_values_refused():
+    plan = plan_for("--cpu", "--mixed_precision", "bf16", "--fp8_backend", "ao")
+    assert plan.contract.fp8_backend is None and plan.contract.fp8_config == {}
+    assert any("fp8_backend" in note and "--mixed_precision fp8" in note for note in plan.notes)
+    with pytest.raises(ConfigError, match="fp8_override_linear_precision"):
+        plan_for("--mixed_precision", "fp8", "--fp8_override_linear_precision", "true,false")

@@ -27,6 +27,8 @@ def test_round_trip_through_the_environment():
         backend="gloo",
         process_group_timeout=42.5,
         downcast_bf16=True,
+        fp8_backend="AO",
+        fp8_config={"pad_inner_dim": True, "enable_fsdp_float8_all_gather": False},
     )
     environ = contract.to_env()
     assert all(name.startswith("ACCEL_") for name in environ)
@@ -45,6 +47,8 @@ def test_round_trip_through_the_environment():
         (names.FSDP_CONFIG, "[1, 2]", "must hold a JSON object"),
         (names.BACKEND, "carrier-pigeon", "ACCEL_BACKEND='carrier-pigeon'"),
         (names.PROCESS_GROUP_TIMEOUT, "-3", "positive"),
+        (names.FP8_BACKEND, "fp4", "not an fp8 backend"),
+        (names.FP8_CONFIG, "[]", "must hold a JSON object"),
     ],
 )
 def test_malformed_values_name_the_variable(variable, value, fragment):
@@ -100,3 +104,29 @@ def test_accelerate_fsdp_variables_are_read_when_accel_sends_none():
         {names.USE_FSDP: "1", names.FSDP_CONFIG: '{"fsdp_version": 1}', "FSDP_VERSION": "2"}
     )
     assert mine.fsdp_config == {"fsdp_version": 1}
+
+
+def test_accelerate_fp8_variables_are_read_as_recipe_fields():
+    contract = LaunchContract.from_env(
+        {
+            "ACCELERATE_FP8_BACKEND": "te",
+            "ACCELERATE_FP8_MARGIN": "2",
+            "ACCELERATE_FP8_FORMAT": "E4M3",
+            "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL": "True",
+            "ACCELERATE_FP8_OVERRIDE_DGRAD": "true",
+            "ACCELERATE_FP8_PAD_INNER_DIM": "false",
+        }
+    )
+    assert contract.fp8_backend == "TE"
+    assert contract.fp8_config == {
+        "margin": 2,
+        "fp8_format": "E4M3",
+        "use_autocast_during_eval": True,
+        "override_linear_precision": [False, True, False],
+        "pad_inner_dim": False,
+    }
+    # accel's own variables win over Accelerate's.
+    ours = LaunchContract.from_env(
+        {names.FP8_BACKEND: "AO", names.FP8_CONFIG: "{}", "ACCELERATE_FP8_BACKEND": "TE"}
+    )
+    assert ours.fp8_backend == "AO"

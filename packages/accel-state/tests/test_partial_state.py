@@ -80,6 +80,38 @@ def test_split_between_processes_single_process_returns_everything():
         pass
 
 
+class RowTable:
+    """Stands for a Hugging Face datasets.Dataset: rows picked with select(indices)."""
+
+    def __init__(self, rows):
+        self.column_names = ["k"]
+        self.rows = list(rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def select(self, indices):
+        return RowTable(self.rows[i] for i in indices)
+
+
+@pytest.mark.parametrize(
+    ("length", "padding", "shares"),
+    [
+        (4, False, [[0, 1], [2, 3]]),
+        (3, False, [[0, 1], [2]]),
+        (3, True, [[0, 1], [2, 2]]),  # the last row repeated, as for lists
+        (1, True, [[0], [0]]),
+    ],
+)
+def test_split_inputs_selects_rows_of_a_dataset(length, padding, shares):
+    from accel_state.splitting import split_inputs
+
+    table = RowTable(range(length))
+    got = [split_inputs(table, 2, rank, apply_padding=padding) for rank in (0, 1)]
+    assert all(isinstance(share, RowTable) for share in got)
+    assert [share.rows for share in got] == shares
+
+
 def test_gradient_state_is_shared_and_tracks_dataloaders():
     class Loader:
         pass

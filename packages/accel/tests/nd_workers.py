@@ -127,9 +127,9 @@ def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
 
-def reference(epochs: int = 2) -> dict[str, Any]:
+def reference(epochs: int = 2, **sizes: int) -> dict[str, Any]:
     """One process, plain torch: AdamW with clipping on whole batches, then evaluation logits."""
-    model = make_model()
+    model = make_model(**sizes)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     train, evaluation = dataset(SAMPLES, 1), dataset(EVAL_SAMPLES, 2)
     losses, norms, logits, weights = [], [], None, None
@@ -275,6 +275,7 @@ def layouts_job(checkpoint: str) -> dict[str, Any]:
         model, optimizer, train, _, _ = prepare(accelerator)
         accelerator.load_state(checkpoint)
         results[f"resumed_{name}"] = run_epoch(accelerator, model, optimizer, train)["losses"][0]
+    results["fp8"] = fp8_with_tensor_parallelism()
     results["refusals"] = refusals()
     AcceleratorState._reset_state()
     results["groups_alive_after_exit"] = groups_alive_after_exit_hooks()
@@ -306,6 +307,43 @@ def groups_alive_after_exit_hooks() -> int:
     device_mesh._release_at_exit()
     gc.collect()
     return sum(ref() is not None for ref in refs)
+
+
+#: Widths fp8 converts (torchao's Float8Linear needs dimensions divisible by 16).
+FP8_SIZES = {"dim": 32, "heads": 2, "hidden": 64}
+
+
+def fp8_with_tensor_parallelism() -> dict[str, Any] | None:
+    """fp8 (torchao) on dp_shard 2 x tp 2: converted first, then split, then sharded; one epoch.
+
+    ``None`` when torchao is not installed.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        return None
+    from torch.distributed.tensor import DTensor
+
+    AcceleratorState._reset_state()
+    accelerator = Accelerator(
+        mixed_precision="fp8", parallelism_config=ParallelismConfig(**LAYOUTS["dp_shard2_tp2"])
+    )
+    model = make_model(**FP8_SIZES)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    train, _ = loaders(accelerator.state.partial.data_parallel_size)
+    model, optimizer, train = accelerator.prepare(model, optimizer, train)
+    # (The model's first and last linear layers stay in high precision by default, as in
+    # Accelerate; the MLP's are converted.)
+    up = model.blocks[0].mlp.up
+    report = {
+        "up_kind": type(up).__name__,
+        "up_mesh": list(up.weight.device_mesh.mesh_dim_names)
+        if isinstance(up.weight, DTensor)
+        else None,
+        **run_epoch(accelerator, model, optimizer, train),
+    }
+    AcceleratorState._reset_state()
+    return report
 
 
 def _error(config_kwargs: dict[str, Any], **accelerator_kwargs: Any) -> str:

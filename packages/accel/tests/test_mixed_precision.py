@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from accel import Accelerator, AutocastKwargs, GradScalerKwargs, UnsupportedFeatureError
+from accel import Accelerator, AutocastKwargs, GradScalerKwargs
 
 
 def _model_and_optimizer():
@@ -88,9 +88,12 @@ def test_fp16_clip_grad_norm_unscales_first():
     optimizer.step()
 
 
-def test_fp8_is_refused_clearly():
-    with pytest.raises(UnsupportedFeatureError, match="mixed_precision='fp8'"):
-        Accelerator(mixed_precision="fp8", cpu=True)
+def test_fp8_uses_torchao_with_bf16_autocast_for_the_rest():
+    pytest.importorskip("torchao", reason="fp8 needs torchao (accel[test] installs it)")
+    accelerator = Accelerator(mixed_precision="fp8", cpu=True)
+    assert accelerator.mixed_precision == "fp8" and accelerator.native_amp
+    assert accelerator.fp8_backend.value == "AO"
+    assert accelerator.precision.autocast_dtype is torch.bfloat16  # see test_fp8.py
 
 
 def test_launcher_precision_is_used_unless_an_argument_overrides_it(monkeypatch):

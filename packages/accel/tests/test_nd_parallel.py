@@ -147,6 +147,19 @@ def test_checkpoint_saved_on_2x2_resumes_on_4x1_and_1x4(layouts, reference):
             assert nd_workers.close([rank[resumed]], [reference["losses"][STEPS]]), resumed
 
 
+def test_fp8_layers_are_converted_before_tensor_parallelism_splits_them(layouts):
+    """mixed_precision='fp8' (torchao) on dp_shard 2 x tp 2: the split MLP projections are
+    Float8Linear with DTensor weights on the 2-D mesh, and the epoch's losses stay within 5% of
+    the float32 one-process run."""
+    fp8 = layouts[0]["fp8"]
+    if fp8 is None:
+        pytest.skip("torchao is not installed (pip install 'accel[fp8]')")
+    assert fp8["up_kind"] == "Float8Linear"
+    assert fp8["up_mesh"] == ["dp_shard_cp", "tp"]  # FSDP's shard dimension x the tp split
+    fp32 = nd_workers.reference(epochs=1, **nd_workers.FP8_SIZES)["losses"]
+    assert nd_workers.close(fp8["losses"], fp32, tolerance=5e-2)
+
+
 def test_exit_frees_every_mesh_group(layouts):
     """At exit the meshes' and FSDP2's groups are dropped after the default group is destroyed,
     so each joins its gloo threads (a live one may abort interpreter shutdown)."""

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import enum
+
 import torch
 
 from accel_ckpt.errors import CorruptCheckpointError, UnsupportedValueError
+
+
+class CustomDtype(enum.Enum):
+    """Storage types torch has no dtype for, used to size quantized weights when planning."""
+
+    FP8 = "fp8"
+    INT4 = "int4"
+    INT2 = "int2"
+
+    @property
+    def bits(self) -> int:
+        """Bits per element."""
+        return {"fp8": 8, "int4": 4, "int2": 2}[self.value]
 
 
 def _table() -> dict[str, torch.dtype]:

@@ -7,8 +7,10 @@ about twice as fast as ``Tensor.copy_``, whose parallel copy waits for its slowe
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import mmap
+from typing import Any
 
 import torch
 
@@ -148,3 +150,24 @@ def empty_released(shape: list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype)
     region = mmap.mmap(-1, nbytes)
     return torch.frombuffer(region, dtype=dtype, count=numel).view(shape)
+
+
+@functools.cache
+def _libc_malloc_trim() -> Any:
+    """Glibc's ``malloc_trim``, or ``None`` on other C libraries."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_free_heap() -> None:
+    """Give the allocator's free heap pages back to the OS (glibc ``malloc_trim``; else no-op).
+
+    Libraries that quantize or convert tensors allocate large temporaries that land in the heap
+    once glibc has raised its mmap threshold; freed, they would stay in the process's RSS.
+    """
+    trim = _libc_malloc_trim()
+    if trim is not None:
+        trim(0)

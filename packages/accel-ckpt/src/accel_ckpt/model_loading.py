@@ -279,7 +279,8 @@ def load_checkpoint_in_model(
         offload_buffers: Also offload buffers mapped to ``"disk"``.
         keep_in_fp32_modules: Modules kept in float32 when ``dtype`` is float16 (module names,
             matched as whole dotted components).
-        offload_8bit_bnb: Not supported (bitsandbytes); must be ``False``.
+        offload_8bit_bnb: Refused: quantized loading and offload go through
+            :func:`~accel_ckpt.big_modeling.load_and_quantize_model`.
         strict: Raise when keys are missing or unexpected (else unexpected keys are logged).
         allow_pickle: Allow ``.bin`` files that need arbitrary code to unpickle (trusted files only).
         unwrap: Custom unwrapping function.
@@ -296,7 +297,10 @@ def load_checkpoint_in_model(
     del offload_state_dict
     if offload_8bit_bnb:
         raise InvalidArgumentError(
-            "offload_8bit_bnb=True needs bitsandbytes integration, which accel-ckpt does not have."
+            "offload_8bit_bnb=True: load quantized models with "
+            "accel_ckpt.big_modeling.load_and_quantize_model(model, BnbQuantizationConfig("
+            "load_in_8bit=True), checkpoint, device_map=..., offload_folder=...), which quantizes "
+            "each weight as it is read and offloads 8-bit (and 4-bit) layers quantized."
         )
     if resolve_dtype(dtype) is not None and device_map is None:
         logger.warning(

@@ -16,6 +16,9 @@ from accel_launch.config.schema import (
     DEEPSPEED_MULTINODE_LAUNCHERS,
     DYNAMO_BACKENDS,
     DYNAMO_MODES,
+    FP8_AMAX_COMPUTE_ALGOS,
+    FP8_FORMATS,
+    FP8_OPT_LEVELS,
     FSDP_AUTO_WRAP_POLICIES,
     FSDP_BACKWARD_PREFETCH,
     FSDP_SHARDING_STRATEGIES,
@@ -325,6 +328,43 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         nd, "--parallelism_config_sp_seq_length_is_variable", "Sequences vary in length (SP)."
     )
     _add(nd, "--parallelism_config_sp_attn_implementation", help="Attention SP wraps.")
+    fp8 = parser.add_argument_group("FP8 (with --mixed_precision fp8)")
+    _add(
+        fp8,
+        "--fp8_backend",
+        type=_upper,
+        choices=["AO", "TE", "MSAMP"],
+        help="fp8 engine: ao (torchao, runs on the CPU too), te (TransformerEngine), msamp.",
+    )
+    _add(
+        fp8,
+        "--fp8_use_autocast_during_eval",
+        action="store_true",
+        help="TE: keep fp8 autocast on in eval mode.",
+    )
+    _add(fp8, "--fp8_margin", type=int, help="TE: scaling-factor margin.")
+    _add(fp8, "--fp8_interval", type=int, help="TE: steps between scaling-factor updates.")
+    _add(fp8, "--fp8_format", type=_upper, choices=FP8_FORMATS, help="TE: fp8 format.")
+    _add(fp8, "--fp8_amax_history_len", type=int, help="TE: length of the amax history.")
+    _add(
+        fp8,
+        "--fp8_amax_compute_algo",
+        type=_lower,
+        choices=FP8_AMAX_COMPUTE_ALGOS,
+        help="TE: how the scale is computed from the amax history.",
+    )
+    _add(
+        fp8,
+        "--fp8_override_linear_precision",
+        help="TE: fprop,dgrad,wgrad GEMMs in higher precision, e.g. false,false,true.",
+    )
+    _add(fp8, "--fp8_opt_level", type=_upper, choices=FP8_OPT_LEVELS, help="MS-AMP level.")
+    _bool_flag(
+        fp8,
+        "--fp8_enable_fsdp_float8_all_gather",
+        "AO: under FSDP2, all-gather fp8 weights in float8 (default true).",
+    )
+    _bool_flag(fp8, "--fp8_pad_inner_dim", "AO: pad matmul dimensions to 16 (default true).")
 
     other = parser.add_argument_group("Other")
     _add(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pathlib
 import signal
 import socket
 import sys
@@ -72,10 +73,12 @@ def _fork_launch(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from accel_launch._notebook_failure import NotebookJobFailedError
+    from accel_launch._notebook_peers import notebook_worker
     from accel_launch.runners.elastic import describe_failure
 
     with (
         tempfile.TemporaryDirectory(prefix="accel_notebook_") as log_dir,
+        tempfile.TemporaryDirectory(prefix="accel_notebook_departures_") as departures,
         extended_environ(env),
         _restored_signal_handlers(),
     ):
@@ -94,7 +97,7 @@ def _fork_launch(
             log_line_prefix_template=log_line_prefix_template,
         )
         try:
-            elastic_launch(config, function)(*args)
+            elastic_launch(config, notebook_worker(function, pathlib.Path(departures)))(*args)
         except ChildFailedError as error:
             summary, code = describe_failure(error, "notebook_launcher")
             raise NotebookJobFailedError(error, summary, code) from None

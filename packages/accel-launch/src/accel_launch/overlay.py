@@ -10,6 +10,7 @@ from accel_launch.config.schema import (
     AccelConfig,
     DeepSpeedConfig,
     DynamoConfig,
+    Fp8Config,
     FsdpConfig,
     ParallelismSection,
     flag_key,
@@ -77,6 +78,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         ("deepspeed_config", DeepSpeedConfig),
         ("fsdp_config", FsdpConfig),
         ("parallelism_config", ParallelismSection),
+        ("fp8_config", Fp8Config),
     ):
         values = _section_values(args, section)
         if key == "deepspeed_config":

@@ -144,6 +144,8 @@ def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) 
     steps = config.gradient_accumulation_steps or deepspeed.get("gradient_accumulation_steps") or 1
     if kind is DistributedType.DEEPSPEED:
         deepspeed["gradient_accumulation_steps"] = steps
+    fp8 = config.fp8_config
+    fp8_on = config.mixed_precision == PrecisionType.FP8.value
     try:
         return LaunchContract(
             mixed_precision=PrecisionType(config.mixed_precision or "no"),
@@ -163,6 +165,8 @@ def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) 
             parallelism_config={
                 key: _text(value) for key, value in config.parallelism_config.settings().items()
             },
+            fp8_backend=fp8.fp8_backend if fp8_on else None,
+            fp8_config=fp8.recipe_fields() if fp8_on else {},
         )
     except EnvironmentConfigError as error:
         raise LaunchArgumentError(str(error)) from None
@@ -225,6 +229,12 @@ def _ignored_section_notes(config: AccelConfig, kind: DistributedType | None) ->
                 f"DeepSpeed settings ({', '.join(sorted(keys))}) have no effect without "
                 "--use_deepspeed / distributed_type: DEEPSPEED"
             )
+    fp8_keys = config.fp8_config.to_dict()
+    if config.mixed_precision != PrecisionType.FP8.value and fp8_keys:
+        notes.append(
+            f"fp8 settings ({', '.join(sorted(fp8_keys))}) have no effect without "
+            "--mixed_precision fp8"
+        )
     if kind is not DistributedType.FSDP and config.fsdp_config.to_dict():
         notes.append(
             f"FSDP settings ({', '.join(sorted(config.fsdp_config.to_dict()))}) have no effect "

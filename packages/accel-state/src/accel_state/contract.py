@@ -27,6 +27,14 @@ Variable                               Meaning
 ``ACCEL_BACKEND``                      communication backend to use (``gloo``, ``nccl``, ``mpi``...)
 ``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before the job fails
 ``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
+``ACCEL_USE_PARALLELISM_CONFIG``       build a ``ParallelismConfig`` (device mesh) in every
+                                       ``Accelerator`` (``ACCELERATE_USE_PARALLELISM_CONFIG`` too)
+``PARALLELISM_CONFIG_<FIELD>``         its settings, under Accelerate's own names:
+                                       ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``, ``_DP_SHARD_SIZE``,
+                                       ``_TP_SIZE``, ``_CP_SIZE``, ``_CP_BACKEND``,
+                                       ``_CP_COMM_STRATEGY``, ``_SP_SIZE``, ``_SP_BACKEND``,
+                                       ``_SP_SEQ_LENGTH``, ``_SP_SEQ_LENGTH_IS_VARIABLE``,
+                                       ``_SP_ATTN_IMPLEMENTATION``
 =====================================  ===========================================================
 """
 
@@ -38,7 +46,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from accel_state.envvars import read_bool, read_choice, read_int
+from accel_state.envvars import read_bool, read_choice, read_int, str_to_bool
 from accel_state.errors import EnvironmentConfigError
 from accel_state.types import PrecisionType
 
@@ -79,6 +87,8 @@ PARALLELISM_CONFIG_KEYS = (
     "sp_seq_length_is_variable",
     "sp_attn_implementation",
 )
+FP8_BACKEND = "ACCEL_FP8_BACKEND"
+FP8_CONFIG = "ACCEL_FP8_CONFIG"
 
 ALL_VARIABLES = (
     MIXED_PRECISION,
@@ -97,9 +107,26 @@ ALL_VARIABLES = (
     PROCESS_GROUP_TIMEOUT,
     DOWNCAST_BF16,
     USE_PARALLELISM_CONFIG,
+    FP8_BACKEND,
+    FP8_CONFIG,
 )
 
 BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]
+FP8_BACKENDS = ["AO", "TE", "MSAMP"]
+#: Accelerate's ``ACCELERATE_FP8_<NAME>`` variables: recipe field and how its text is read.
+_ACCELERATE_FP8_FIELDS = {
+    "USE_AUTOCAST_DURING_EVAL": ("use_autocast_during_eval", "bool"),
+    "MARGIN": ("margin", "int"),
+    "INTERVAL": ("interval", "int"),
+    "FORMAT": ("fp8_format", "str"),
+    "AMAX_HISTORY_LEN": ("amax_history_len", "int"),
+    "AMAX_COMPUTE_ALGO": ("amax_compute_algo", "str"),
+    "OPT_LEVEL": ("opt_level", "str"),
+    "ENABLE_FSDP_FLOAT8_ALL_GATHER": ("enable_fsdp_float8_all_gather", "bool"),
+    "PAD_INNER_DIM": ("pad_inner_dim", "bool"),
+    "USE_MXFP8_BLOCK_SCALING": ("use_mxfp8_block_scaling", "bool"),
+}
+_ACCELERATE_FP8_OVERRIDES = ("FPROP", "DGRAD", "WGRAD")
 
 
 def _read_json_object(environ: Mapping[str, str], name: str) -> dict[str, Any]:
@@ -153,6 +180,44 @@ def read_parallelism_settings(environ: Mapping[str, str] | None = None) -> dict[
     return settings
 
 
+def _accelerate_fp8_config(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Accelerate's launcher variables (``ACCELERATE_FP8_MARGIN=0``...) as recipe fields."""
+    config: dict[str, Any] = {}
+    for suffix, (key, kind) in _ACCELERATE_FP8_FIELDS.items():
+        name = f"ACCELERATE_FP8_{suffix}"
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        if kind == "bool":
+            config[key] = str_to_bool(raw, name)
+        elif kind == "int":
+            config[key] = read_int(environ, name)
+        else:
+            config[key] = raw
+    overrides = [
+        environ.get(f"ACCELERATE_FP8_OVERRIDE_{part}", "") for part in _ACCELERATE_FP8_OVERRIDES
+    ]
+    if any(raw.strip() for raw in overrides):
+        config["override_linear_precision"] = [
+            str_to_bool(raw or "false", f"ACCELERATE_FP8_OVERRIDE_{part}")
+            for raw, part in zip(overrides, _ACCELERATE_FP8_OVERRIDES, strict=True)
+        ]
+    return config
+
+
+def _read_fp8_backend(environ: Mapping[str, str]) -> str | None:
+    for name in (FP8_BACKEND, "ACCELERATE_FP8_BACKEND"):
+        raw = environ.get(name, "").strip().upper()
+        if raw in ("", "NO"):
+            continue
+        if raw not in FP8_BACKENDS:
+            raise EnvironmentConfigError(
+                f"{name}={environ[name]!r} is not an fp8 backend; use one of {', '.join(FP8_BACKENDS)}."
+            )
+        return raw
+    return None
+
+
 def _read_positive_float(environ: Mapping[str, str], name: str) -> float | None:
     raw = environ.get(name)
     if raw is None or raw.strip() == "":
@@ -190,9 +255,16 @@ class LaunchContract:
     downcast_bf16: bool = False
     use_parallelism_config: bool = False
     parallelism_config: dict[str, str] = dataclasses.field(default_factory=dict)
+    fp8_backend: str | None = None
+    fp8_config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mixed_precision", _to_precision(self.mixed_precision))
+        if self.fp8_backend is not None and self.fp8_backend not in FP8_BACKENDS:
+            raise EnvironmentConfigError(
+                f"fp8_backend={self.fp8_backend!r} is not known; choose one of "
+                f"{', '.join(FP8_BACKENDS)}."
+            )
         if self.gradient_accumulation_steps < 1:
             raise EnvironmentConfigError(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} must be >= 1."
@@ -254,6 +326,8 @@ class LaunchContract:
             use_parallelism_config=read_bool(env, USE_PARALLELISM_CONFIG)
             or read_bool(env, ACCELERATE_USE_PARALLELISM_CONFIG),
             parallelism_config=read_parallelism_settings(env),
+            fp8_backend=_read_fp8_backend(env),
+            fp8_config=_read_json_object(env, FP8_CONFIG) or _accelerate_fp8_config(env),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -284,6 +358,10 @@ class LaunchContract:
             env[PROCESS_GROUP_TIMEOUT] = repr(float(self.process_group_timeout))
         for key, value in self.parallelism_config.items():
             env[parallelism_variable(key)] = str(value)
+        if self.fp8_backend is not None:
+            env[FP8_BACKEND] = self.fp8_backend
+        if self.fp8_config:
+            env[FP8_CONFIG] = json.dumps(self.fp8_config, sort_keys=True)
         return env
 
 

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import datetime
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,16 @@ from accel_state.errors import ProcessGroupError
 DEFAULT_TIMEOUT_SECONDS = 1800.0
 
 _started_here = False  # whether the current default group was started (so is owned) here
+_starting = threading.Event()  # set while this process waits in the default group's rendezvous
+
+
+def group_start_in_progress() -> bool:
+    """Whether this process is inside :func:`start_process_group`, waiting for its peers.
+
+    A watchdog thread reads it: a peer that has left without joining can never arrive, so a
+    process still waiting here would wait until the group timeout.
+    """
+    return _starting.is_set()
 
 
 def resolve_timeout(
@@ -86,6 +97,7 @@ def start_process_group(
         init_method = f"tcp://{layout.master_addr}:{layout.master_port}"
     bound_device = device if device is not None and device.type == "cuda" else None
     _import_modules_that_capture_the_group()
+    _starting.set()
     try:
         dist.init_process_group(
             backend=backend,
@@ -100,6 +112,8 @@ def start_process_group(
             f"Could not start the {backend} process group as rank {layout.rank} of "
             f"{layout.world_size} via {init_method} (from the {layout.source} environment): {error}"
         ) from error
+    finally:
+        _starting.clear()
     global _started_here
     _started_here = True
     atexit.register(stop_at_exit)

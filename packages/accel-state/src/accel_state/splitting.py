@@ -1,4 +1,4 @@
-"""Splitting a list, tuple, tensor or dict of those into one contiguous share per process."""
+"""Splitting a list, tuple, tensor, dataset or dict of those into one contiguous share per process."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def split_inputs(
     Accelerate.
 
     Args:
-        inputs: A list, tuple, tensor (split on dim 0), or a Mapping of those (all the same
-            length); or a string.
+        inputs: A list, tuple, tensor (split on dim 0), a Hugging Face ``datasets.Dataset``
+            (split by rows with its ``select``), or a Mapping of those (all the same length);
+            or a string.
         num_processes: How many shares.
         process_index: Which share.
         apply_padding: Repeat the last element so every share has the same length.
@@ -50,6 +51,8 @@ def split_inputs(
             for key, value in inputs.items()
         }
         return type(inputs)(split)  # type: ignore[call-arg]
+    if _is_row_selectable(inputs):
+        return _split_rows(inputs, num_processes, process_index, apply_padding)  # type: ignore[no-any-return]
     length = _length(inputs)
     start, end = share_bounds(length, num_processes, process_index)
     share: Any = inputs[start:end]  # type: ignore[index]
@@ -64,6 +67,22 @@ def split_inputs(
     return share + type(share)([filler_item] * missing)  # type: ignore[no-any-return]
 
 
+def _is_row_selectable(value: object) -> bool:
+    """A table that picks rows by index with ``select`` (Hugging Face ``datasets.Dataset``)."""
+    return callable(getattr(value, "select", None)) and hasattr(value, "column_names")
+
+
+def _split_rows(inputs: Any, num_processes: int, process_index: int, apply_padding: bool) -> Any:
+    """This process's rows of a ``datasets.Dataset``-like table (no copy: ``select`` indexes)."""
+    length = len(inputs)
+    start, end = share_bounds(length, num_processes, process_index)
+    rows = list(range(start, end))
+    target = -(-length // num_processes)
+    if apply_padding and length and len(rows) < target:
+        rows += [rows[-1] if rows else length - 1] * (target - len(rows))
+    return inputs.select(rows)
+
+
 def _length(value: object) -> int:
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
@@ -72,6 +91,7 @@ def _length(value: object) -> int:
     if isinstance(value, (list, tuple)):
         return len(value)
     raise TypeError(
-        f"split_between_processes accepts lists, tuples, tensors, dicts of those and strings, "
+        f"split_between_processes accepts lists, tuples, tensors, datasets.Dataset, dicts of "
+        "those and strings, "
         f"not {type(value).__name__}; convert it, e.g. list(inputs)."
     )

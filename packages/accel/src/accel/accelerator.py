@@ -13,6 +13,8 @@ import torch
 import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
+from accel.fp8.recipes import FP8_HANDLER_TYPES
+from accel.fp8.setup import FP8AttributesMixin, make_fp8_precision, resolve_fp8
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -30,7 +32,7 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
-from accel.state import STATE_RESET_MESSAGE, AcceleratorState
+from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
 from accel.tracking import GeneralTracker, resolve_trackers, tracker_class
 from accel.triggers import Trigger
@@ -50,10 +52,11 @@ _HANDLER_TYPES = (
     InitProcessGroupKwargs,
     AutocastKwargs,
     ProfileKwargs,
+    *FP8_HANDLER_TYPES,
 )
 
 
-class Accelerator(CheckpointingMixin, ParallelismMixin):
+class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
     """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
 
     Args:
@@ -73,7 +76,9 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
             ``gradient_accumulation_steps``.
         step_scheduler_with_optimizer: Step prepared schedulers only with real optimizer steps.
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
-            ``InitProcessGroupKwargs``, ``AutocastKwargs`` instances (one of each at most).
+            ``InitProcessGroupKwargs``, ``AutocastKwargs``, ``ProfileKwargs`` instances (one of
+            each at most) and one fp8 recipe (``AORecipeKwargs``, ``TERecipeKwargs``,
+            ``MSAMPRecipeKwargs`` or ``FP8RecipeKwargs``; see :mod:`accel.fp8`).
         dynamo_backend: ``torch.compile`` backend for prepared models (``"no"`` disables).
         log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"wandb"``,
             ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
@@ -200,10 +205,15 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
             parallel_mesh=self.state.parallel_mesh,
             **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
         )
-        self.precision: Precision = make_precision(
-            "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
-            self.device,
-            self.scaler_handler,
+        self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
+        self.precision: Precision = (
+            make_fp8_precision(self._fp8, self.device, self.distributed_type, fsdp2=self.is_fsdp2)
+            if self._fp8.enabled
+            else make_precision(
+                "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
+                self.device,
+                self.scaler_handler,
+            )
         )
         self.scaler = self.precision.scaler
         self.step = 0
@@ -339,6 +349,7 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
                 f"device_placement has {len(placements)} entries for {len(args)} objects; "
                 "give one per object."
             )
+        args = tuple(self.precision.prepare_together(list(args)))
         result = list(args)
         kinds: list[tuple[Callable[[Any], bool], Callable[[Any, bool | None], Any]]] = [
             (lambda obj: isinstance(obj, torch.nn.Module), self.prepare_model),
@@ -401,6 +412,7 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
         placement = self.device_placement if device_placement is None else device_placement
         if placement and not getattr(model, "hf_device_map", None):
             self._parameter_moves.update(move_model(model, self.device))
+        self._parameter_moves.update(self.precision.prepare_model(model))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
         prepared = model if evaluation_mode else self.strategy.wrap(model)
         prepared = self.strategy.compile(prepared, self.state.dynamo_plugin)
@@ -421,6 +433,7 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
         # step those, not the host tensors it was given.
         switch_parameters(optimizer, self._parameter_moves)
         self.strategy.prepare_optimizer(optimizer)
+        self.precision.prepare_optimizer(optimizer)
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
@@ -834,7 +847,7 @@ class Accelerator(CheckpointingMixin, ParallelismMixin):
     def _check_state_alive(self) -> None:
         """Raise when ``AcceleratorState._reset_state()`` ran after this Accelerator was made."""
         if not self.state.initialized:
-            raise AcceleratorConfigError(STATE_RESET_MESSAGE)
+            raise state_reset_error("mixed_precision")
 
     # ------------------------------------------------------------------ experiment tracking
     def init_trackers(

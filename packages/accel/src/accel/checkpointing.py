@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
 from accel_ckpt import save as save_object
@@ -37,6 +38,7 @@ class CheckpointingMixin:
 
     checkpointer: Checkpointer
     strategy: ModelStrategy
+    precision: Precision
     project_configuration: ProjectConfiguration
     step: int
     scaler: Any
@@ -186,3 +188,4 @@ class CheckpointingMixin:
             allow_pickle=allow_pickle,
         )
         self.step = int(loaded.metadata.get("step", 0))
+        self.precision.state_loaded()

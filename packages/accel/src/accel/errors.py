@@ -17,3 +17,10 @@ class UnsupportedFeatureError(AccelError, RuntimeError):
 
 class PreparationError(AccelError, TypeError):
     """An object passed to ``Accelerator.prepare`` cannot be prepared."""
+
+
+class StateResetError(AcceleratorConfigError, AttributeError):
+    """A setting of an ``AcceleratorState`` that ``AcceleratorState._reset_state()`` cleared.
+
+    An ``AttributeError`` too, as Accelerate raises there: the setting is no longer an attribute.
+    """

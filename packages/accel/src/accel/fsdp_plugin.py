@@ -75,6 +75,8 @@ class FullyShardedDataParallelPlugin:
 
     Args:
         fsdp_version: 2 (``fully_shard``, DTensor parameters; default) or 1 (the FSDP wrapper).
+            Left unset (here and in the launcher) with ``sharding_strategy`` given as torch's
+            FSDP1 ``ShardingStrategy`` enum, it is 1: that enum configures the FSDP1 wrapper.
         sharding_strategy: ``FULL_SHARD``, ``SHARD_GRAD_OP``, ``NO_SHARD`` (FSDP1), ``HYBRID_SHARD*``
             (FSDP1). Under FSDP2 ``FULL_SHARD``/``SHARD_GRAD_OP`` set ``reshard_after_forward``.
         reshard_after_forward: FSDP2: free the gathered parameters after forward.
@@ -131,7 +133,37 @@ class FullyShardedDataParallelPlugin:
             value = getattr(self, name)
             if value is not None:
                 values[name] = value
+        # torch's ShardingStrategy configures the FSDP1 wrapper only (FSDP2 has no such setting):
+        # code written against it, as for Accelerate's FSDP1 default, gets FSDP1.
+        version_unset = self.fsdp_version is None and "fsdp_version" not in (launcher or {})
+        if version_unset and _is_fsdp1_sharding_strategy(self.sharding_strategy):
+            values["fsdp_version"] = 1
         return _validate(values)
+
+    def set_auto_wrap_policy(self, model: torch.nn.Module) -> None:
+        """Check the wrap policy against ``model`` (Accelerate's name; the policy is applied at prepare).
+
+        Under ``transformer_based_wrap`` with no ``transformer_cls_names_to_wrap``, the model's
+        ``_no_split_modules`` (what transformers models declare) become the layer classes.
+
+        Raises:
+            AcceleratorConfigError: A layer class to wrap does not occur in ``model``.
+        """
+        if self.auto_wrap_policy is None or callable(self.auto_wrap_policy):
+            return
+        if _name(self.auto_wrap_policy) != "TRANSFORMER_BASED_WRAP":
+            return
+        if self.transformer_cls_names_to_wrap is None:
+            self.transformer_cls_names_to_wrap = list(getattr(model, "_no_split_modules", ()) or ())
+        present = {type(module).__name__ for module in model.modules()}
+        missing = [
+            name for name in _class_names(self.transformer_cls_names_to_wrap) if name not in present
+        ]
+        if missing:
+            raise AcceleratorConfigError(
+                f"transformer_cls_names_to_wrap names {missing}, which {type(model).__name__} "
+                f"does not contain; its module classes are {sorted(present)}."
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +186,13 @@ class FSDPSettings:
     activation_checkpointing: bool
     limit_all_gathers: bool
     ignored_modules: Any
+
+
+def _is_fsdp1_sharding_strategy(value: Any) -> bool:
+    """Whether ``value`` is a member of torch's FSDP1 ``ShardingStrategy`` enum."""
+    from torch.distributed.fsdp import ShardingStrategy
+
+    return isinstance(value, ShardingStrategy)
 
 
 def _name(value: Any) -> str:
@@ -279,7 +318,10 @@ def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype
         AcceleratorConfigError: The policy is neither a dict nor a torch policy object.
     """
     if policy is None:
-        compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        # fp8 runs its fp8 layers' matmuls in float8 and everything else in bf16 (Accelerate's).
+        compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(
+            precision
+        )
         if compute is None:
             return {"param_dtype": None, "reduce_dtype": None, "buffer_dtype": None}
         return {"param_dtype": compute, "reduce_dtype": torch.float32, "buffer_dtype": None}

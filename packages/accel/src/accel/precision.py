@@ -9,6 +9,7 @@ import torch
 
 from accel.errors import UnsupportedFeatureError
 from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+from accel.placement import ParameterMoves
 from accel_state import PrecisionType
 
 
@@ -37,6 +38,27 @@ class Precision:
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss to call ``backward`` on (scaled under fp16)."""
         return loss
+
+    def prepare_model(self, model: torch.nn.Module) -> ParameterMoves:
+        """Change ``model`` for this precision before it is wrapped (fp8 converts layers here).
+
+        Returns:
+            Parameters replaced by new objects, for optimizers built before ``prepare``.
+        """
+        return {}
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Hook when an optimizer is prepared, after the models (fp8 under FSDP2 adds a hook)."""
+
+    def state_loaded(self) -> None:
+        """Hook after ``load_state`` changed the prepared models' weights."""
+
+    def prepare_together(self, objects: list[Any]) -> list[Any]:
+        """See a ``prepare`` call's objects before any is prepared; returns them.
+
+        Some may come back replaced (MS-AMP converts the model and optimizer together here).
+        """
+        return objects
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divide the gradients by the loss scale (no-op without a scaler)."""
@@ -141,14 +163,14 @@ def make_precision(
     """Build the precision object for ``mode`` on ``device``.
 
     Raises:
-        UnsupportedFeatureError: fp8 (needs a dedicated engine not bundled here), or fp16/bf16 on a
-            device type without autocast support.
+        UnsupportedFeatureError: fp8 (built by :func:`accel.fp8.make_fp8_precision`, which
+            needs the chosen backend), or fp16/bf16 on a device type without autocast support.
     """
     precision = PrecisionType(mode)
     if precision is PrecisionType.FP8:
         raise UnsupportedFeatureError(
-            "mixed_precision='fp8' needs FP8-capable GPUs and an FP8 engine (TransformerEngine or "
-            "torchao), which accel does not drive yet; use 'bf16'."
+            "mixed_precision='fp8' needs an fp8 backend: build it with "
+            "accel.fp8.make_fp8_precision (the Accelerator does), not make_precision."
         )
     if precision is PrecisionType.NO:
         return Precision(device)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from accel.errors import AcceleratorConfigError
+from accel.errors import AcceleratorConfigError, StateResetError
 from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_state import (
     DistributedType,
@@ -25,11 +25,20 @@ _DATA_PARALLEL_TYPES = (
     DistributedType.MULTI_XPU,
 )
 
-STATE_RESET_MESSAGE = (
-    "AcceleratorState was reset (AcceleratorState._reset_state() or accel_state.reset_state()) "
-    "after this Accelerator was created, so its settings are gone. Create a new Accelerator "
-    "after the reset and use that one."
-)
+
+def state_reset_error(name: str) -> StateResetError:
+    """The error for reading the setting ``name`` after ``AcceleratorState._reset_state()``."""
+    return StateResetError(
+        f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+        "`AcceleratorState._reset_state()` (or accel_state.reset_state()) ran after this "
+        "Accelerator was created: the settings it was made with are gone. Create a new "
+        "Accelerator after the reset and use that one."
+    )
+
+
+def _surviving_partial_state() -> PartialState | None:
+    """The process's :class:`PartialState` when it exists (a reset of ours keeps it), else None."""
+    return PartialState() if PartialState._shared_state else None
 
 
 class AcceleratorState:
@@ -169,7 +178,7 @@ class AcceleratorState:
         try:
             return self._shared_state[key]
         except KeyError:
-            raise AcceleratorConfigError(STATE_RESET_MESSAGE) from None
+            raise state_reset_error(key) from None
 
     @property
     def mixed_precision(self) -> PrecisionType:
@@ -179,6 +188,9 @@ class AcceleratorState:
     @property
     def distributed_type(self) -> DistributedType:
         """The job's distributed mode (plugins passed here take precedence over the launcher)."""
+        assigned = self._shared_state.get("distributed_type")
+        if assigned is not None:
+            return assigned  # type: ignore[no-any-return]
         if self._shared_state.get("deepspeed_plugin") is not None:
             return DistributedType.DEEPSPEED
         if self._shared_state.get("fsdp_plugin") is not None:
@@ -189,10 +201,20 @@ class AcceleratorState:
             return DistributedType.FSDP  # dp_shard_size > 1 shards with FSDP2
         return kind
 
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType | str) -> None:
+        """Assign the mode, as Accelerate's tests do to take another code path; ``None`` undoes it."""
+        self._shared_state["distributed_type"] = None if value is None else DistributedType(value)
+
     @property
     def partial(self) -> PartialState:
-        """The underlying :class:`PartialState`."""
-        return self._require("partial")  # type: ignore[no-any-return]
+        """The underlying :class:`PartialState` (after ``_reset_state()``, the one that lives on)."""
+        partial = self._shared_state.get("partial")
+        if partial is None:
+            partial = _surviving_partial_state()
+        if partial is None:
+            raise state_reset_error("partial")
+        return partial  # type: ignore[no-any-return]
 
     @property
     def device(self) -> torch.device:
@@ -230,9 +252,13 @@ class AcceleratorState:
             self.__dict__ = dict(state)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         partial = self.__dict__.get("partial")
         if partial is None:
-            raise AttributeError(name)
+            partial = _surviving_partial_state()
+        if partial is None:
+            raise state_reset_error(name)
         return getattr(partial, name)
 
     def __repr__(self) -> str:

@@ -14,20 +14,50 @@ from accel_data import BatchSamplerShard, DataLoaderDispatcher, IterableDatasetS
 from accel_state import DistributedType
 
 _DDP_TYPES = (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU, DistributedType.MULTI_XPU)
-_EVEN_BATCHES_HOLDERS = (BatchSamplerShard, IterableDatasetShard, DataLoaderDispatcher)
 
 
 def _even_batches_holder(dataloader: Any) -> Any:
-    """The object whose ``even_batches`` decides how ``dataloader`` ends its epoch, or None."""
-    for candidate in (
-        dataloader,
-        getattr(dataloader, "batch_sampler", None),
-        getattr(dataloader, "sampler", None),
-        getattr(dataloader, "dataset", None),
-    ):
-        if isinstance(candidate, _EVEN_BATCHES_HOLDERS):
+    """The sampler whose ``even_batches`` decides how a map-style ``dataloader`` ends, or None."""
+    for candidate in (dataloader, getattr(dataloader, "batch_sampler", None)):
+        if isinstance(candidate, BatchSamplerShard):
             return candidate
     return None
+
+
+def _reads_iterable_dataset(dataloader: Any) -> bool:
+    """Whether ``dataloader`` was prepared over an iterable dataset (sharded or dispatched)."""
+    dataset = getattr(dataloader, "dataset", None)
+    return isinstance(dataloader, DataLoaderDispatcher) or isinstance(
+        dataset, IterableDatasetShard | torch.utils.data.IterableDataset
+    )
+
+
+def _override_even_batches(
+    dataloaders: Sequence[Any], even_batches: bool
+) -> list[tuple[Any, bool]]:
+    """Set ``even_batches`` on the map-style loaders; return what to restore afterwards.
+
+    Loaders of iterable datasets keep their setting, with a warning, as in Accelerate: the
+    override is for map-style datasets; an iterable one takes ``even_batches`` at ``prepare``.
+    """
+    saved: list[tuple[Any, bool]] = []
+    iterable = False
+    for dataloader in dataloaders:
+        holder = _even_batches_holder(dataloader)
+        if holder is not None:
+            saved.append((holder, holder.even_batches))
+            holder.even_batches = even_batches
+        elif _reads_iterable_dataset(dataloader):
+            iterable = True
+    if iterable:
+        warnings.warn(
+            f"join_uneven_inputs(even_batches={even_batches}): overriding even_batches is only "
+            "supported for map-style datasets; the dataloaders of iterable datasets keep the "
+            "even_batches they were prepared with (set it in DataLoaderConfiguration instead).",
+            UserWarning,
+            stacklevel=4,
+        )
+    return saved
 
 
 @contextlib.contextmanager
@@ -41,29 +71,25 @@ def join_uneven_inputs(
     """Let processes with fewer batches finish early while the others keep training.
 
     Under DDP this is ``torch.distributed.algorithms.Join``: a process out of batches shadows
-    the others' collectives. ``even_batches`` overrides the prepared dataloaders' setting inside
-    the block (``False`` is what makes inputs uneven); Join is enabled only when batches are
-    uneven, as in Accelerate. Elsewhere the block runs as it is (with a warning for a
+    the others' collectives. ``even_batches`` overrides the prepared map-style dataloaders'
+    setting inside the block (``False`` is what makes inputs uneven; loaders of iterable
+    datasets keep theirs, with a warning); Join is enabled only when batches are uneven, as in
+    Accelerate. Elsewhere the block runs as it is (with a warning for a
     multi-process type that has no Join support).
     """
     if distributed_type not in _DDP_TYPES:
         if distributed_type != DistributedType.NO:
             warnings.warn(
-                f"join_uneven_inputs is supported for DDP jobs only; distributed_type="
-                f"{distributed_type.value} runs the block without Join.",
+                "join_uneven_inputs is only supported for multi-GPU, multi-CPU and multi-XPU "
+                f"DDP jobs; distributed_type={distributed_type.value} runs the block without Join.",
+                UserWarning,
                 stacklevel=3,
             )
         yield
         return
     from torch.distributed.algorithms.join import Join
 
-    saved: list[tuple[Any, bool]] = []
-    if even_batches is not None:
-        for dataloader in dataloaders:
-            holder = _even_batches_holder(dataloader)
-            if holder is not None:
-                saved.append((holder, holder.even_batches))
-                holder.even_batches = even_batches
+    saved = [] if even_batches is None else _override_even_batches(dataloaders, even_batches)
     effective = default_even_batches if even_batches is None else even_batches
     try:
         with Join(list(joinables), enable=not effective, throw_on_early_termination=False):

@@ -47,6 +47,12 @@ from accel_ckpt.big_modeling.planning import (
     get_max_layer_size,
     infer_auto_device_map,
 )
+from accel_ckpt.big_modeling.quantization import (
+    BnbQuantizationConfig,
+    CustomDtype,
+    has_4bit_bnb_layers,
+    load_and_quantize_model,
+)
 from accel_ckpt.big_modeling.tensors import (
     find_tied_parameters,
     named_module_tensors,
@@ -87,4 +93,8 @@ __all__ = [
     "remove_hook_from_submodules",
     "attach_align_device_hook",
     "attach_execution_device_hook",
+    "BnbQuantizationConfig",
+    "CustomDtype",
+    "has_4bit_bnb_layers",
+    "load_and_quantize_model",
 ]

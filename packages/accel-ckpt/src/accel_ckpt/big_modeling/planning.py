@@ -29,28 +29,34 @@ from accel_ckpt.big_modeling.memory import (
     normalize_device_key,
 )
 from accel_ckpt.big_modeling.tensors import named_module_tensors, tensor_nbytes
+from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.errors import DeviceMapError
 from accel_ckpt.placement import resolve_dtype
 from accel_ckpt.sizes import format_size
 
 logger = logging.getLogger(__name__)
 
-DtypeLike = str | torch.dtype
+DtypeLike = str | torch.dtype | CustomDtype
+SizingDtype = torch.dtype | CustomDtype
 _Item = tuple[str, nn.Module | torch.Tensor]
 
 
+def _sizing_dtype(dtype: DtypeLike | None) -> SizingDtype | None:
+    return dtype if isinstance(dtype, CustomDtype) else resolve_dtype(dtype)
+
+
 def _dtype_for(
-    name: str, dtype: torch.dtype | None, special: Mapping[str, torch.dtype] | None
-) -> torch.dtype | None:
+    name: str, dtype: SizingDtype | None, special: Mapping[str, SizingDtype] | None
+) -> SizingDtype | None:
     if special and name in special:
         return special[name]
     return dtype
 
 
-def _resolve_special(special: Mapping[str, DtypeLike] | None) -> dict[str, torch.dtype] | None:
+def _resolve_special(special: Mapping[str, DtypeLike] | None) -> dict[str, SizingDtype] | None:
     if not special:
         return None
-    return {name: d for name, value in special.items() if (d := resolve_dtype(value)) is not None}
+    return {name: d for name, value in special.items() if (d := _sizing_dtype(value)) is not None}
 
 
 def compute_module_sizes(
@@ -65,7 +71,7 @@ def compute_module_sizes(
     (under their first name). Floating-point tensors count at ``dtype``
     when given (``special_dtypes`` overrides it per tensor name); meta tensors count too.
     """
-    resolved = resolve_dtype(dtype)
+    resolved = _sizing_dtype(dtype)
     special = _resolve_special(special_dtypes)
     sizes: dict[str, int] = defaultdict(int)
     tensors = model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
@@ -147,7 +153,7 @@ class _Tensors:
     """Tensor identities and sizes of the model, for placing tied weights together."""
 
     def __init__(
-        self, model: nn.Module, dtype: torch.dtype | None, special: dict[str, torch.dtype] | None
+        self, model: nn.Module, dtype: SizingDtype | None, special: dict[str, SizingDtype] | None
     ) -> None:
         self.size: dict[int, int] = {}
         self.by_module: dict[int, set[int]] = {}
@@ -225,7 +231,7 @@ def infer_auto_device_map(
     memory = get_max_memory(max_memory)
     devices: list[DeviceKey] = [key for key in memory if key != DISK] + [DISK]
     no_split = set(no_split_module_classes or [])
-    resolved = resolve_dtype(dtype)
+    resolved = _sizing_dtype(dtype)
     tensors = _Tensors(model, resolved, _resolve_special(special_dtypes))
     gpus = _gpu_keys(memory)
     main_devices = {gpus[0], CPU} if gpus else {CPU}

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.errors import InvalidArgumentError
 
 
@@ -132,8 +133,14 @@ def find_tied_parameters(model: nn.Module) -> list[list[str]]:
     return sorted(sorted(group) for group in names.values() if len(group) > 1)
 
 
-def tensor_nbytes(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> int:
-    """Bytes ``tensor`` takes in memory, as ``dtype`` when given and ``tensor`` is floating-point."""
+def tensor_nbytes(tensor: torch.Tensor, dtype: torch.dtype | CustomDtype | None = None) -> int:
+    """Bytes ``tensor`` takes in memory, as ``dtype`` when given and ``tensor`` is floating-point.
+
+    A :class:`~accel_ckpt.dtypes.CustomDtype` (a quantized weight: 4-bit, 2-bit) counts its bits
+    per element, rounded up to whole bytes.
+    """
+    if isinstance(dtype, CustomDtype):
+        return (tensor.numel() * dtype.bits + 7) // 8
     if dtype is not None and tensor.is_floating_point():
         return tensor.numel() * torch.empty((), dtype=dtype).element_size()
     return tensor.numel() * tensor.element_size()

@@ -65,6 +65,10 @@ CP_COMM_STRATEGIES = ["allgather", "alltoall"]
 SP_BACKENDS = ["deepspeed", "accelerate"]
 #: Prefix of the ``parallelism_config`` keys (and ``--parallelism_config_*`` flags).
 PARALLELISM_PREFIX = "parallelism_config_"
+FP8_BACKENDS = ["AO", "TE", "MSAMP"]
+FP8_FORMATS = ["HYBRID", "E4M3", "E5M2"]
+FP8_AMAX_COMPUTE_ALGOS = ["max", "most_recent"]
+FP8_OPT_LEVELS = ["O1", "O2"]
 
 #: Keys Accelerate writes that accel reads without using (TPU pods, Megatron-LM, IPEX, MPI...).
 IGNORED_KEYS = frozenset(
@@ -80,7 +84,6 @@ IGNORED_KEYS = frozenset(
         "megatron_lm_config",
         "ipex_config",
         "mpirun_config",
-        "fp8_config",
     }
 )
 
@@ -325,6 +328,72 @@ class ParallelismSection(Section):
         }
 
 
+def parse_precision_override(key: str, value: Any) -> tuple[bool, bool, bool]:
+    """Three booleans (fprop, dgrad, wgrad): a list, or text such as ``"true,false,false"``."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if not isinstance(parts, (list, tuple)) or len(parts) != 3:
+        raise ConfigError(
+            "must be three booleans (fprop, dgrad, wgrad), e.g. true,false,false",
+            key=key,
+            value=value,
+        )
+    fprop, dgrad, wgrad = (parse_bool(key, part) for part in parts)
+    return (fprop, dgrad, wgrad)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fp8Config(Section):
+    """``fp8_config``: the fp8 recipe handed to workers when ``mixed_precision`` is ``fp8``.
+
+    Accelerate writes the keys without the ``fp8_`` prefix (``backend: AO``, ``margin: 0``,
+    ``amax_history_length``...); both spellings are read.
+    """
+
+    ALIASES: ClassVar[dict[str, str]] = {
+        "fp8_amax_history_length": "fp8_amax_history_len",
+        "fp8_amax_compute_algorithm": "fp8_amax_compute_algo",
+        "fp8_optimization_level": "fp8_opt_level",
+    }
+
+    fp8_backend: str | None = _opt(
+        choice_parser(FP8_BACKENDS), "fp8 engine: AO (torchao), TE (TransformerEngine), MSAMP"
+    )
+    fp8_use_autocast_during_eval: bool | None = _opt(parse_bool, "TE: fp8 autocast in eval mode")
+    fp8_margin: int | None = _opt(int_parser(0), "TE: scaling-factor margin")
+    fp8_interval: int | None = _opt(int_parser(1), "TE: steps between scaling-factor updates")
+    fp8_format: str | None = _opt(choice_parser(FP8_FORMATS), "TE: HYBRID, E4M3 or E5M2")
+    fp8_amax_history_len: int | None = _opt(int_parser(1), "TE: length of the amax history")
+    fp8_amax_compute_algo: str | None = _opt(
+        choice_parser(FP8_AMAX_COMPUTE_ALGOS, "lower"), "TE: max or most_recent"
+    )
+    fp8_override_linear_precision: tuple[bool, bool, bool] | None = _opt(
+        parse_precision_override, "TE: fprop,dgrad,wgrad GEMMs in higher precision"
+    )
+    fp8_opt_level: str | None = _opt(choice_parser(FP8_OPT_LEVELS), "MS-AMP: O1 or O2")
+    fp8_enable_fsdp_float8_all_gather: bool | None = _opt(
+        parse_bool, "AO: all-gather fp8 weights in float8 under FSDP2"
+    )
+    fp8_pad_inner_dim: bool | None = _opt(parse_bool, "AO: pad matmul dimensions to 16")
+
+    @classmethod
+    def _normalise(cls, data: Mapping[str, Any], namer: KeyNamer) -> Mapping[str, Any]:
+        """Give Accelerate's unprefixed keys (``backend``, ``margin``...) the ``fp8_`` prefix."""
+        return {
+            (str(key) if str(key).startswith("fp8_") else f"fp8_{key}"): value
+            for key, value in data.items()
+        }
+
+    def recipe_fields(self) -> dict[str, Any]:
+        """The set keys as recipe field names (``fp8_margin`` -> ``margin``), backend left out."""
+        fields: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if key == "fp8_backend":
+                continue
+            name = key if key == "fp8_format" else key.removeprefix("fp8_")
+            fields[name] = list(value) if isinstance(value, tuple) else value
+        return fields
+
+
 @dataclasses.dataclass(frozen=True)
 class AccelConfig(Section):
     """A whole config file (Accelerate's format) or the same keys gathered from flags."""
@@ -377,6 +446,10 @@ class AccelConfig(Section):
         default_factory=ParallelismSection,
         metadata={"section": ParallelismSection, "doc": "N-D parallelism degrees"},
     )
+    fp8_config: Fp8Config = dataclasses.field(
+        default_factory=Fp8Config,
+        metadata={"section": Fp8Config, "doc": "fp8 recipe (with mixed_precision fp8)"},
+    )
 
     @classmethod
     def _normalise(cls, data: Mapping[str, Any], namer: KeyNamer) -> Mapping[str, Any]:
@@ -407,6 +480,10 @@ __all__ = [
     "FSDP_AUTO_WRAP_POLICIES",
     "FSDP_BACKWARD_PREFETCH",
     "FSDP_SHARDING_STRATEGIES",
+    "FP8_AMAX_COMPUTE_ALGOS",
+    "FP8_BACKENDS",
+    "FP8_FORMATS",
+    "FP8_OPT_LEVELS",
     "FSDP_STATE_DICT_TYPES",
     "IGNORED_KEYS",
     "OFFLOAD_DEVICES",
@@ -415,6 +492,7 @@ __all__ = [
     "AccelConfig",
     "DeepSpeedConfig",
     "DynamoConfig",
+    "Fp8Config",
     "FsdpConfig",
     "ParallelismSection",
     "Section",

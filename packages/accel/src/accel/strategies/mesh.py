@@ -3,8 +3,9 @@
 A model is prepared in torchtitan's order, each step on the mesh of a
 :class:`~accel_state.ParallelismConfig`:
 
-1. low-precision conversion (the fp8 hook, :meth:`MeshStrategy.convert_for_low_precision`: first,
-   so that tensor parallelism splits the converted layers),
+1. low-precision conversion: the Accelerator's precision object (fp8: torchao's ``Float8Linear``)
+   converts the model in ``prepare_model`` just before :meth:`MeshStrategy.wrap`, so tensor
+   parallelism splits the converted layers,
 2. tensor parallelism on ``tp`` (:class:`~accel.strategies.tensor_parallel.TensorParallel`),
 3. context parallelism on ``cp`` (nothing to change in the module: batches are split per step by
    ``Accelerator.maybe_context_parallel``; only the device is checked),
@@ -80,15 +81,6 @@ class MeshStrategy(FSDPStrategy):
             self.mesh = parallel_mesh.fsdp_mesh()
 
     # ------------------------------------------------------------------ preparing a model
-    def convert_for_low_precision(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Hook for low-precision training (fp8, issue 27): runs first, before tensor parallelism.
-
-        torchtitan converts ``Linear`` layers to float8 ones before parallelizing so that the
-        tensor-parallel styles split the converted layers. This strategy has no converter: the
-        model is returned unchanged.
-        """
-        return model
-
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Split and shard ``model`` (already on its device) in the module docstring's order."""
         if self._is_fsdp(model) or not any(p.requires_grad for p in model.parameters()):
@@ -96,7 +88,6 @@ class MeshStrategy(FSDPStrategy):
         before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
         if self.fsdp.sync_module_states and not is_split(model):
             _broadcast_from_rank0(model)
-        model = self.convert_for_low_precision(model)
         if self.tensor_parallel is not None:
             self.tensor_parallel.apply(model)
         layers = self._layers(model)

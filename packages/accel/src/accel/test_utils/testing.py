@@ -6,10 +6,14 @@ import contextlib
 import dataclasses
 import io
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import torch
@@ -173,6 +177,69 @@ DEFAULT_LAUNCH_COMMAND = get_launch_command(num_processes=device_count)
 def get_torch_dist_unique_port() -> int:
     """A free TCP port on localhost for a test's rendezvous."""
     return find_free_port()
+
+
+def pytest_xdist_worker_id() -> int:
+    """This pytest-xdist worker's number (``gw3`` -> 3); 0 outside pytest-xdist."""
+    match = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", "gw0"))
+    return int(match.group(1)) if match else 0
+
+
+def path_in_accelerate_package(*components: str) -> Path:
+    """A path inside the installed ``accel`` package (Accelerate's name for the helper)."""
+    import accel
+
+    return Path(accel.__file__).parent.joinpath(*components)
+
+
+def memory_allocated_func() -> int:
+    """Bytes the current accelerator has allocated now (0 on a CPU, which torch does not count)."""
+    if torch_device == "cuda":
+        return int(torch.cuda.memory_allocated())
+    if torch_device == "xpu":
+        return int(torch.xpu.memory_allocated())
+    if torch_device == "mps":
+        return int(torch.mps.current_allocated_memory())
+    return 0
+
+
+class TempDirTestCase(unittest.TestCase):
+    """A test case with one temporary folder per class (``self.tmpdir``), emptied before each test."""
+
+    clear_on_setup = True
+    tmpdir: Path
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        """Create the folder."""
+        cls.tmpdir = Path(tempfile.mkdtemp())
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        """Remove the folder."""
+        shutil.rmtree(cls.tmpdir, ignore_errors=True)
+
+    def setUp(self) -> None:
+        """Empty the folder (when ``clear_on_setup``)."""
+        if self.clear_on_setup:
+            for path in self.tmpdir.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+
+
+class AccelerateTestCase(unittest.TestCase):
+    """A test case that resets the process-wide state after every test."""
+
+    def tearDown(self) -> None:
+        """Reset the ``AcceleratorState``, its ``PartialState`` and the ``GradientState``."""
+        from accel.state import AcceleratorState
+        from accel_state import GradientState
+
+        super().tearDown()
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
 
 
 @dataclasses.dataclass

@@ -85,9 +85,43 @@ _FROM_BIG_MODELING = [
     "offload_state_dict",
     "save_offload_index",
     "load_offloaded_weight",
+    "BnbQuantizationConfig",
+    "CustomDtype",
+    "has_4bit_bnb_layers",
+    "load_and_quantize_model",
 ]
 _FROM_ACCEL = {
+    **dict.fromkeys(
+        [
+            "AORecipeKwargs",
+            "FP8RecipeKwargs",
+            "TERecipeKwargs",
+            "MSAMPRecipeKwargs",
+            "FP8BackendType",
+        ],
+        "accel.fp8.recipes",
+    ),
+    **dict.fromkeys(
+        [
+            "convert_model_to_fp8_ao",
+            "filter_first_and_last_linear_layers",
+            "has_ao_layers",
+        ],
+        "accel.fp8.ao",
+    ),
+    **dict.fromkeys(
+        [
+            "apply_fp8_autowrap",
+            "contextual_fp8_autocast",
+            "convert_model",
+            "has_transformer_engine_layers",
+        ],
+        "accel.fp8.transformer_engine",
+    ),
+    "check_cuda_fp8_capability": "accel.fp8.capability",
     "merge_fsdp_weights": "accel.utils.compat",
+    "save_fsdp_model": "accel.utils.fsdp_utils",
+    "load_fsdp_model": "accel.utils.fsdp_utils",
     "convert_file_size_to_int": "accel.utils.compat",
     "dtype_byte_size": "accel.utils.compat",
     "has_offloaded_params": "accel.utils.compat",

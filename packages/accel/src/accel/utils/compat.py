@@ -21,21 +21,24 @@ def merge_fsdp_weights(
     safe_serialization: bool = True,
     remove_checkpoint_dir: bool = False,
 ) -> None:
-    """Merge an FSDP sharded model state into full weights (main process; no process group).
+    """Merge an FSDP sharded model state into full weights (no process group needed).
 
-    What ``accel merge-weights`` does, under Accelerate's name.
+    What ``accel merge-weights`` does, under Accelerate's name. In a distributed job every process
+    calls it: the main process merges, the others wait until the files are there.
 
     Args:
-        checkpoint_dir: A ``save_state`` checkpoint, or one of its ``fsdp_model_<i>`` folders.
+        checkpoint_dir: A ``save_state`` checkpoint, one of its ``fsdp_model_<i>`` folders, or a
+            ``pytorch_model_fsdp_<i>`` folder written by ``save_fsdp_model``.
         output_path: Folder for ``model.safetensors`` (or shards with an index).
         safe_serialization: safetensors (default) or ``pytorch_model.bin``.
         remove_checkpoint_dir: Delete ``checkpoint_dir`` after a successful merge.
     """
-    if not PartialState().is_main_process:
-        return
-    merge_weights(checkpoint_dir, output_path, safe_serialization=safe_serialization)
-    if remove_checkpoint_dir:
-        shutil.rmtree(checkpoint_dir)
+    state = PartialState()
+    if state.is_main_process:
+        merge_weights(checkpoint_dir, output_path, safe_serialization=safe_serialization)
+        if remove_checkpoint_dir:
+            shutil.rmtree(checkpoint_dir)
+    state.wait_for_everyone()
 
 
 def convert_file_size_to_int(size: int | str) -> int:

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from accel.fp8.recipes import (
+    AORecipeKwargs,
+    FP8BackendType,
+    FP8RecipeKwargs,
+    MSAMPRecipeKwargs,
+    TERecipeKwargs,
+)
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DDPCommunicationHookType,
@@ -17,6 +24,7 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
 from accel.tracking import LoggerType
 from accel_ckpt import ProjectConfiguration
+from accel_ckpt.big_modeling import BnbQuantizationConfig, CustomDtype
 from accel_data import DataLoaderConfiguration
 from accel_state import (
     ComputeEnvironment,
@@ -30,7 +38,14 @@ from accel_state import (
 )
 
 __all__ = [
+    "AORecipeKwargs",
     "AutocastKwargs",
+    "BnbQuantizationConfig",
+    "CustomDtype",
+    "FP8BackendType",
+    "FP8RecipeKwargs",
+    "MSAMPRecipeKwargs",
+    "TERecipeKwargs",
     "ComputeEnvironment",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",

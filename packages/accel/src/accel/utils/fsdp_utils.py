@@ -1,0 +1,133 @@
+"""Accelerate's ``accelerate.utils.fsdp_utils`` functions for one FSDP model's weights.
+
+``save_fsdp_model`` writes the prepared model's weights in the layout Accelerate uses outside
+``save_state``: with ``SHARDED_STATE_DICT`` a ``torch.distributed.checkpoint`` folder
+``pytorch_model_fsdp_<i>`` (each rank its shards; ``merge_fsdp_weights`` turns it into one file),
+with ``FULL_STATE_DICT`` the gathered weights in ``pytorch_model_fsdp.bin`` written by the main
+process. ``load_fsdp_model`` reads either back into a prepared model, on any number of processes
+for the sharded layout. Both are collective: every process calls them.
+
+Example:
+    >>> from accel.utils import merge_fsdp_weights, save_fsdp_model
+    >>> save_fsdp_model(accelerator.state.fsdp_plugin, accelerator, model, "out")  # doctest: +SKIP
+    >>> merge_fsdp_weights("out/pytorch_model_fsdp_0", "merged")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin
+
+PathLike = str | os.PathLike[str]
+FSDP_MODEL_NAME = "pytorch_model_fsdp"
+
+
+def _settings(fsdp_plugin: Any, accelerator: Any) -> FSDPSettings:
+    if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
+        raise AcceleratorConfigError(
+            f"fsdp_plugin={fsdp_plugin!r}: pass the accel.FullyShardedDataParallelPlugin the "
+            "Accelerator was made with (accelerator.state.fsdp_plugin)."
+        )
+    return fsdp_plugin.resolved(accelerator.state.partial.contract.fsdp_config)
+
+
+def _refuse_adapter_only(adapter_only: bool) -> None:
+    if adapter_only:
+        raise UnsupportedFeatureError(
+            "adapter_only=True saves PEFT adapter weights, which accel does not handle; save the "
+            "whole model (adapter_only=False) or use PEFT's own save_pretrained."
+        )
+
+
+def _full_file(model_index: int) -> str:
+    return f"{FSDP_MODEL_NAME}.bin" if model_index == 0 else f"{FSDP_MODEL_NAME}_{model_index}.bin"
+
+
+def save_fsdp_model(
+    fsdp_plugin: FullyShardedDataParallelPlugin,
+    accelerator: Any,
+    model: torch.nn.Module,
+    output_dir: PathLike,
+    model_index: int = 0,
+    adapter_only: bool = False,
+) -> Path:
+    """Write a prepared FSDP model's weights into ``output_dir`` (collective).
+
+    Args:
+        fsdp_plugin: The plugin; its ``state_dict_type`` picks the layout.
+        accelerator: The ``Accelerator`` that prepared ``model``.
+        model: The prepared (sharded) model.
+        output_dir: Folder to write into (created when missing).
+        model_index: Number in the file or folder name, for several models.
+        adapter_only: Not supported (PEFT adapters).
+
+    Returns:
+        The folder (sharded) or file (full) written.
+
+    Raises:
+        UnsupportedFeatureError: ``adapter_only=True``.
+    """
+    from accel.strategies.fsdp_checkpoint import FSDPModelState
+
+    _refuse_adapter_only(adapter_only)
+    settings = _settings(fsdp_plugin, accelerator)
+    output = Path(output_dir)
+    if settings.state_dict_type == "SHARDED_STATE_DICT":
+        target = output / f"{FSDP_MODEL_NAME}_{model_index}"
+        FSDPModelState(target.name, model, []).save(target)
+    else:
+        target = output / _full_file(model_index)
+        state = accelerator.get_state_dict(model)
+        if accelerator.is_main_process:
+            output.mkdir(parents=True, exist_ok=True)
+            torch.save(state, target)
+    accelerator.wait_for_everyone()
+    return target
+
+
+def load_fsdp_model(
+    fsdp_plugin: FullyShardedDataParallelPlugin,
+    accelerator: Any,
+    model: torch.nn.Module,
+    input_dir: PathLike,
+    model_index: int = 0,
+    adapter_only: bool = False,
+) -> None:
+    """Read weights written by :func:`save_fsdp_model` into a prepared FSDP model (collective).
+
+    ``input_dir`` is the folder given to ``save_fsdp_model`` or, for the sharded layout, the
+    ``pytorch_model_fsdp_<i>`` folder itself. A sharded folder loads on any number of processes.
+
+    Raises:
+        FileNotFoundError: Nothing saved under ``input_dir`` for ``model_index``.
+        UnsupportedFeatureError: ``adapter_only=True``.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    from accel.strategies.fsdp_checkpoint import FSDPModelState
+
+    _refuse_adapter_only(adapter_only)
+    folder = Path(input_dir)
+    sharded = (
+        folder if (folder / ".metadata").is_file() else folder / f"{FSDP_MODEL_NAME}_{model_index}"
+    )
+    if (sharded / ".metadata").is_file():
+        FSDPModelState(sharded.name, model, []).load(sharded)
+    elif (folder / _full_file(model_index)).is_file():
+        weights = torch.load(folder / _full_file(model_index), weights_only=True)
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    else:
+        raise FileNotFoundError(
+            f"load_fsdp_model: no {sharded.name}/ folder and no {_full_file(model_index)} in "
+            f"{os.fspath(input_dir)!r}; pass the output_dir given to save_fsdp_model."
+        )
+    accelerator.wait_for_everyone()
+
+
+__all__ = ["FSDP_MODEL_NAME", "load_fsdp_model", "save_fsdp_model"]
