@@ -170,10 +170,6 @@ ACCELERATE_BASELINE: dict[tuple[str, int], str] = {
 # Names the skipped scripts import that accel does not have yet, and the work that adds them.
 # Anything else a script imports must exist in accel, or the run fails.
 IMPORTS_PLANNED: dict[str, str] = {
-    "accel.utils.ParallelismConfig": "N-D parallelism",
-    "accel.parallelism_config": "N-D parallelism",
-    "accel.utils.dataclasses.DeepSpeedSequenceParallelConfig": "N-D parallelism (Ulysses)",
-    "accel.inference": "N-D parallelism (prepare_pippy)",
     "accel.utils.deepspeed.get_active_deepspeed_plugin": "several DeepSpeed plugins",
 }
 

@@ -174,3 +174,29 @@ def test_big_model_inference_offloads_and_matches(clean_env):
     on_disk = number(r"(\d+) offloaded to disk", result.stdout)
     assert on_cpu > 0 and on_disk > 0
     assert number(r"outputs: ([\d.e+-]+)", result.stdout) < 1e-6
+
+
+def test_nd_parallel_trains_on_a_mesh_and_resumes_on_another(clean_env, tmp_path):
+    """dp_shard 2 x tp 2 from the script's arguments for one epoch, then a fresh launch on HSDP
+    (dp_replicate 2 x dp_shard 2 from the launcher's flags) resumes its checkpoint."""
+    project = str(tmp_path / "nd")
+    first = run_example(
+        "nd_parallel", "--dp_shard_size", "2", "--tp_size", "2", "--epochs", "1",
+        "--project_dir", project, env=clean_env, processes=4,
+    )  # fmt: skip
+    assert "mesh DeviceMesh((dp_shard=2, tp=2)" in first and "2 data-parallel ranks" in first
+    after_one = number(r"epoch 0: test loss ([\d.]+)", first)
+    assert after_one < 2.0  # ln(64) = 4.16 for a model that learned nothing
+    flags = (
+        "--parallelism_config_dp_replicate_size",
+        "2",
+        "--parallelism_config_dp_shard_size",
+        "2",
+    )
+    resumed = run_example(
+        "nd_parallel", "--epochs", "2", "--resume", "--project_dir", project,
+        env=clean_env, flags=flags, processes=4,
+    )  # fmt: skip
+    assert "mesh DeviceMesh((dp_replicate=2, dp_shard=2)" in resumed
+    assert "epoch 0" not in resumed  # resumed after the saved epoch
+    assert number(r"epoch 1: test loss ([\d.]+)", resumed) < after_one

@@ -152,3 +152,17 @@ def resume_phase_two(modes: list[str], states: list[dict]) -> dict:
         torch.set_rng_state(states[rank][mode]["rng"])
         out[mode] = [[values(b) for b in loader] for _ in range(2)]
     return out
+
+
+def mesh_job(sharding: list[dict], dispatch: list[dict]) -> dict:
+    """The scenarios again under an active dp_shard 2 x tp 2 mesh (accel-state's ParallelMesh)."""
+    from accel_state import ParallelismConfig
+    from accel_state.device_mesh import ParallelMesh, activate
+
+    PartialState()  # starts the process group the mesh is built on
+    mesh = ParallelMesh(ParallelismConfig(dp_shard_size=2, tp_size=2), "cpu")
+    activate(mesh)
+    try:
+        return scenario_job(sharding, dispatch) | {"dp_index": mesh.data_parallel_rank}
+    finally:
+        activate(None)

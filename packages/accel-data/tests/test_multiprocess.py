@@ -212,3 +212,33 @@ def test_resume_in_a_fresh_job_continues_exactly(world_size):
             reference = first[rank][mode]["reference"]
             assert first[rank][mode]["state"]["batches_yielded"] == stop
             assert second[rank][mode] == [reference[0][stop:], reference[1]], (mode, rank)
+
+
+def test_a_mesh_shards_over_its_data_parallel_ranks_only():
+    """4 processes as dp_shard 2 x tp 2 (an accel-state mesh, no accel): the two ranks of a tp
+    group get the same batches, and the two data-parallel shards together read the epoch as a
+    2-process job does (sharded and dispatched loaders alike)."""
+    from data_workers import mesh_job
+
+    sharding = [SHARDING[i] for i in (1, 2, 9)]
+    dispatch = [DISPATCH[i] for i in (1, 5)]
+    results = spawn_workers(mesh_job, 4, args=(sharding, dispatch), timeout=300)
+    assert [result["dp_index"] for result in results] == [0, 0, 1, 1]
+    for index, config in enumerate(sharding):
+        runs = [result["sharding"]["configs"][index] for result in results]
+        assert runs[0] == runs[1] and runs[2] == runs[3], "a tp group shares its batches"
+        for run in range(2):
+            check_epoch(config, 2, [runs[r][run][e] for r in (0, 2) for e in (0,)])
+    for index, config in enumerate(dispatch):
+        per_rank = [result["dispatch"][index] for result in results]
+        assert per_rank[0]["batches"] == per_rank[1]["batches"]
+        assert per_rank[2]["batches"] == per_rank[3]["batches"]
+        expected, _ = expected_dispatch(
+            config["size"],
+            config["batch_size"],
+            2,
+            config["split"],
+            config["even"],
+            config["drop_last"],
+        )
+        assert interleave([per_rank[0]["batches"], per_rank[2]["batches"]]) == expected

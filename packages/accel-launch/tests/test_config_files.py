@@ -116,6 +116,16 @@ def test_unknown_keys_warn_naming_the_key(tmp_path):
         ("num_processes: two\n", "num_processes", None),
         ("main_process_port: 70000\n", "main_process_port", None),
         ("rdzv_backend: etcd\n", "rdzv_backend", "static, c10d"),
+        (
+            "parallelism_config:\n  parallelism_config_tp_size: 0\n",
+            "parallelism_config.parallelism_config_tp_size",
+            None,
+        ),
+        (
+            "parallelism_config:\n  parallelism_config_cp_comm_strategy: ring\n",
+            "parallelism_config.parallelism_config_cp_comm_strategy",
+            "allgather, alltoall",
+        ),
     ],
 )
 def test_invalid_values_name_file_key_value_and_allowed(tmp_path, text, key, allowed):
@@ -219,3 +229,28 @@ def test_basic_config_and_no_overwrite(tmp_path):
     assert read_config_file(target).mixed_precision == "fp16"
     assert write_basic_config("no", target) is None
     assert read_config_file(target).mixed_precision == "fp16"
+
+
+def test_parallelism_config_section_in_accelerates_keys(tmp_path):
+    path = write(
+        tmp_path,
+        "distributed_type: FSDP\n"
+        "parallelism_config:\n"
+        "  parallelism_config_dp_replicate_size: 2\n"
+        "  parallelism_config_dp_shard_size: -1\n"
+        "  parallelism_config_tp_size: 2\n"
+        "  parallelism_config_cp_comm_strategy: alltoall\n"
+        "  parallelism_config_sp_seq_length_is_variable: true\n",
+    )
+    warnings: list[str] = []
+    config = read_config_file(path, warnings)
+    assert warnings == []
+    assert config.parallelism_config.settings() == {
+        "dp_replicate_size": 2,
+        "dp_shard_size": -1,
+        "tp_size": 2,
+        "cp_comm_strategy": "alltoall",
+        "sp_seq_length_is_variable": True,
+    }
+    write_config_file(config, tmp_path / "again.yaml")
+    assert read_config_file(tmp_path / "again.yaml") == config

@@ -8,7 +8,7 @@ from accel_launch.errors import ConfigError, LaunchArgumentError
 from accel_launch.hardware import cpu_count
 from accel_launch.launch_args import build_launch_parser
 from accel_launch.plan import build_plan, parse_rdzv_conf
-from accel_state.contract import FSDP_CONFIG, LaunchContract
+from accel_state.contract import FSDP_CONFIG, USE_PARALLELISM_CONFIG, LaunchContract
 
 SCRIPT = str(SCRIPTS / "plain_worker.py")
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
@@ -355,6 +355,68 @@ def test_workers_run_through_the_failure_recorder_only_under_the_elastic_agent()
     assert recorded[2].endswith("_failure_recorder.py")
     assert recorded[3:] == [SCRIPT, "out", "--lr", "3"]
     assert plan.python_command()[1:] == ["-u", SCRIPT, "out", "--lr", "3"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "variables"),
+    [
+        (["--parallelism_config_tp_size", "4"], {"PARALLELISM_CONFIG_TP_SIZE": "4"}),
+        (["--parallelism_config_dp_shard_size", "4"], {"PARALLELISM_CONFIG_DP_SHARD_SIZE": "4"}),
+        (
+            [
+                "--parallelism_config_dp_replicate_size",
+                "2",
+                "--parallelism_config_dp_shard_size",
+                "2",
+            ],
+            {"PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "2", "PARALLELISM_CONFIG_DP_SHARD_SIZE": "2"},
+        ),
+        (
+            ["--parallelism-config-dp-shard-size", "-1", "--parallelism_config_tp_size", "2"],
+            {"PARALLELISM_CONFIG_DP_SHARD_SIZE": "-1", "PARALLELISM_CONFIG_TP_SIZE": "2"},
+        ),
+    ],
+)
+def test_parallelism_flags_reach_the_workers_as_accelerates_variables(sizes, variables):
+    plan = plan_for("--cpu", "--num_processes", "4", "--use_parallelism_config", *sizes)
+    assert plan.env[USE_PARALLELISM_CONFIG] == "true"
+    assert {k: v for k, v in plan.env.items() if k.startswith("PARALLELISM_CONFIG_")} == variables
+    contract = LaunchContract.from_env(plan.env)
+    assert contract.use_parallelism_config
+
+
+def test_parallelism_sizes_alone_enable_the_mesh_and_plain_runs_have_none():
+    plan = plan_for("--cpu", "--num_processes", "2", "--parallelism_config_tp_size", "2")
+    assert LaunchContract.from_env(plan.env).use_parallelism_config
+    plain = plan_for("--cpu", "--num_processes", "2")
+    assert not LaunchContract.from_env(plain.env).use_parallelism_config
+    assert not any(name.startswith("PARALLELISM_CONFIG_") for name in plain.env)
+
+
+def test_parallelism_sizes_that_do_not_fit_are_refused_before_starting():
+    with pytest.raises(LaunchArgumentError) as caught:
+        plan_for("--cpu", "--num_processes", "4", "--parallelism_config_tp_size", "3")
+    message = str(caught.value)
+    assert "dp_replicate(1) * dp_shard(1) * cp(1) * sp(1) * tp(3) = 3 != WORLD_SIZE(4)" in message
+    with pytest.raises(LaunchArgumentError, match="DDP"):
+        plan_for(
+            "--cpu",
+            "--num_processes",
+            "4",
+            "--parallelism_config_dp_replicate_size",
+            "2",
+            "--parallelism_config_tp_size",
+            "2",
+        )
+
+
+def test_parallelism_section_from_a_file_and_flags_over_it():
+    config = read_config_file(DATA / "fsdp_seed.yaml").merged_with(
+        AccelConfig.from_mapping({"parallelism_config": {"parallelism_config_dp_shard_size": 2}})
+    )
+    plan = plan_for("--cpu", "--parallelism_config_tp_size", "1", config=config)
+    assert plan.env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
+    assert plan.env["PARALLELISM_CONFIG_TP_SIZE"] == "1"
 
 
 def test_fp8_flags_reach_the_contract_as_recipe_fields():

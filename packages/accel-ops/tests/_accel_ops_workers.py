@@ -311,12 +311,20 @@ def nccl_worker():
 
 
 def objects_by_rank_worker():
-    """gather_objects_by_rank on the default group and on a group of its own."""
-    rank, _ = start_group("direct")
+    """gather_objects_by_rank on the default group and on a group of its own; gather and
+    gather_object over the group of the ranks of this one's parity (a mesh dimension's kind)."""
+    rank, world_size = start_group("direct")
     side_group = dist.new_group(backend="gloo")
     default = accel_ops.gather_objects_by_rank({"rank": rank, "tail": "x" * rank})
     explicit = accel_ops.gather_objects_by_rank([rank] * (rank + 1), process_group=side_group)
-    return default, explicit
+    parity, _ = dist.new_subgroups_by_enumeration(
+        [list(range(0, world_size, 2)), list(range(1, world_size, 2))]
+    )
+    grouped = (
+        accel_ops.gather(torch.tensor([rank]), process_group=parity).tolist(),
+        accel_ops.gather_object([f"r{rank}"], process_group=parity),
+    )
+    return default, explicit, grouped
 
 
 def keyword_worker():

@@ -49,11 +49,15 @@ def test_nccl_collectives_on_two_gpus():
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_objects_by_rank_on_the_default_and_an_explicit_group(world_size):
+    """Also gather / gather_object over a sub-group (process_group=...)."""
     # (That this needs no numpy is shown by `nox -s install`, whose venvs have none.)
     results = spawn_workers(objects_by_rank_worker, world_size, timeout=120)
     expected_default = [{"rank": r, "tail": "x" * r} for r in range(world_size)]
     expected_explicit = [[r] * (r + 1) for r in range(world_size)]
-    assert results == [(expected_default, expected_explicit)] * world_size
+    for rank, (default, explicit, grouped) in enumerate(results):
+        assert (default, explicit) == (expected_default, expected_explicit)
+        same_parity = list(range(rank % 2, world_size, 2))
+        assert grouped == (same_parity, [f"r{r}" for r in same_parity])
 
 
 def test_objects_by_rank_without_a_group_is_the_object_alone():

@@ -139,3 +139,20 @@ def test_process_group_timeout_turns_a_hang_into_an_error():
         )
     # The straggler sleeps 300 s: ending long before that is the 3 s group timeout's doing.
     assert time.monotonic() - started < 150
+
+
+def test_parallel_mesh_ranks_and_data_parallel_groups():
+    results = spawn_workers(workers.mesh_layouts, 4, timeout=300)
+    for rank, result in enumerate(results):
+        assert result["dp_shard2_tp2"]["names"] == ["dp_shard", "tp"]
+        assert result["hsdp2x2"]["names"] == ["dp_replicate", "dp_shard"]
+        assert result["tp_auto"]["names"] == ["tp"] and result["tp_auto"]["tp_size"] == 4
+        for layout in ("dp_shard2_tp2", "hsdp2x2", "tp_auto"):
+            assert all(result[layout]["agree"].values()), (layout, result[layout]["agree"])
+            assert "Mesh 'cp' is not available" in result[layout]["cp_error"]
+        # Ranks of one tp group share a batch: data-parallel index = dp_shard coordinate.
+        assert result["dp_shard2_tp2"]["dp"] == (2, rank // 2)
+        assert result["dp_shard2_tp2"]["dp_sum"] == (0 + 2 if rank % 2 == 0 else 1 + 3)
+        assert result["hsdp2x2"]["dp"] == (4, rank) and result["hsdp2x2"]["dp_sum"] == 6
+        assert result["tp_auto"]["dp"] == (1, 0)
+        assert result["plain_dp"] == (4, rank)

@@ -179,3 +179,45 @@ def device_and_cpu_flag() -> tuple[str, str | None]:
     import os
 
     return PartialState().device.type, os.environ.get("ACCEL_USE_CPU")
+
+
+def mesh_layouts() -> dict:
+    """Build the meshes of three layouts; compare the arithmetic ranks with the built meshes."""
+    import torch.distributed as dist
+
+    from accel_state import ParallelismConfig, PartialState
+    from accel_state.device_mesh import ParallelMesh, activate
+
+    state = PartialState()
+    out: dict = {}
+    for name, sizes in {
+        "dp_shard2_tp2": {"dp_shard_size": 2, "tp_size": 2},
+        "hsdp2x2": {"dp_replicate_size": 2, "dp_shard_size": 2},
+        "tp_auto": {"tp_size": -1},
+    }.items():
+        mesh = ParallelMesh(ParallelismConfig(**sizes), "cpu")
+        world = mesh.build()
+        agree = {
+            dim: mesh.get_mesh(dim).get_local_rank() == mesh.local_rank(dim)
+            for dim in [*mesh.names, "dp", "dp_shard_cp", "dp_cp"]
+            if mesh.get_optional_mesh(dim) is not None
+        }
+        activate(mesh)
+        record = {
+            "names": list(world.mesh_dim_names),
+            "agree": agree,
+            "dp": (state.data_parallel_size, state.data_parallel_process_index),
+            "tp_size": mesh.config.tp_size,
+        }
+        if state.data_parallel_size > 1:
+            total = torch.tensor([float(state.process_index)])
+            dist.all_reduce(total, group=state.data_parallel_group)
+            record["dp_sum"] = float(total)
+        try:
+            mesh.get_mesh("cp")
+        except Exception as error:  # noqa: BLE001 - the test reads the message
+            record["cp_error"] = str(error)
+        out[name] = record
+    activate(None)
+    out["plain_dp"] = (state.data_parallel_size, state.data_parallel_process_index)
+    return out

@@ -256,9 +256,17 @@ def test_accelerator_accepts_every_accelerate_keyword(tmp_path):
     assert old_style.project_dir == str(tmp_path) and old_style.use_seedable_sampler
 
 
-@pytest.mark.parametrize("keyword", ["torch_tp_plugin", "megatron_lm_plugin", "parallelism_config"])
-def test_unsupported_keywords_raise_a_clear_error(keyword):
-    with pytest.raises(UnsupportedFeatureError, match=rf"{keyword}=.*not"):
+def test_unsupported_keywords_raise_a_clear_error():
+    with pytest.raises(UnsupportedFeatureError, match=r"megatron_lm_plugin=.*not"):
+        Accelerator(cpu=True, megatron_lm_plugin=object())
+
+
+@pytest.mark.parametrize(
+    ("keyword", "kind"),
+    [("torch_tp_plugin", "TorchTensorParallelPlugin"), ("parallelism_config", "ParallelismConfig")],
+)
+def test_n_d_keywords_check_their_type(keyword, kind):
+    with pytest.raises(AcceleratorConfigError, match=rf"{keyword}=.*accel\.{kind}"):
         Accelerator(cpu=True, **{keyword: object()})
 
 
@@ -416,7 +424,7 @@ def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_pat
         "accelerate.utils", "DistributedType", True, DistributedType, DynamoBackend
     )
     assert enum_gap.status == "differs" and "MULTI_CPU" in enum_gap.note
-    absent = script.classify("Accelerator", "tensor_parallel_rank", False, None, None)
+    absent = script.classify("accelerate.utils", "get_model_tp_size", False, None, None)
     assert absent.status == "absent" and "parallelism" in absent.note
     assert script.classify("accelerate.utils", "brand_new", False, None, None).note == ""
 

@@ -44,8 +44,9 @@ class Round:
 class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
     """A ``DataLoader`` that only process 0 iterates; each process receives its slice of a batch.
 
-    Each step, process 0 reads ``num_processes`` batches (one with ``split_batches=True``),
-    concatenates them, and broadcasts the result; every process keeps its slice. A short last
+    Each step, process 0 reads one batch per data-parallel shard (one with
+    ``split_batches=True``), concatenates them, and broadcasts the result; every process keeps its
+    slice (the processes of one tensor/context-parallel group of an N-D mesh keep the same one). A short last
     round is completed with the first samples of the epoch (``even_batches=True``), left uneven,
     or dropped (``drop_last=True``). Useful when reading is costly or the dataset cannot be
     sharded (streams).
@@ -92,9 +93,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         self._non_blocking = _non_blocking
         self.iteration = 0
         if split_batches:
-            check_split_batch_size(
-                self._base_batch_size(), self.state.num_processes, "the dataloader"
-            )
+            check_split_batch_size(self._base_batch_size(), self._shards, "the dataloader")
 
     # ------------------------------------------------------------------ sizes
     def _base_batch_size(self) -> int | None:
@@ -103,10 +102,20 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         return getattr(self._own_batch_sampler(), "batch_size", None)
 
     def _base_batches_per_batch(self) -> int:
-        return 1 if self.split_batches else self.state.num_processes
+        return 1 if self.split_batches else self._shards
 
     def _num_processes_for_state(self) -> int:
-        return self.state.num_processes
+        return self._shards
+
+    @property
+    def _shards(self) -> int:
+        """Slices of each step: the data-parallel ranks (every process without an N-D mesh)."""
+        return self.state.data_parallel_size
+
+    @property
+    def _shard(self) -> int:
+        """This process's slice (ranks of one tensor/context-parallel group share it)."""
+        return self.state.data_parallel_process_index
 
     @property
     def total_batch_size(self) -> int | None:
@@ -116,7 +125,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
 
     def __len__(self) -> int:
         whole = super().__len__()
-        n = self.state.num_processes
+        n = self._shards
         if self.split_batches:
             length = whole
         elif self._drop_last:
@@ -125,7 +134,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
             length = math.ceil(whole / n)
         if not self.even_batches and not self._drop_last:
             real = self._expected_remainder()
-            if real > 0 and self.state.process_index * math.ceil(real / n) >= real:
+            if real > 0 and self._shard * math.ceil(real / n) >= real:
                 length -= 1  # the uneven last round does not reach this process
         return max(length - self.skip_batches, 0)
 
@@ -200,8 +209,8 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
             return self.slice_fn(
                 batch,
                 section,
-                process_index=self.state.process_index,
-                num_processes=self.state.num_processes,
+                process_index=self._shard,
+                num_processes=self._shards,
             )
         except AccelOpsError as error:
             raise DispatchError(
@@ -212,10 +221,10 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
 
     def _my_range(self, real: int) -> tuple[int, int, bool]:
         """This process's rows of a step of ``real`` samples, and whether padding is needed."""
-        n = self.state.num_processes
+        n = self._shards
         per = math.ceil(real / n)
         pad = bool(real % n) and self.even_batches and not self._drop_last
-        start = self.state.process_index * per
+        start = self._shard * per
         return start, min(start + per, per * n if pad else real), pad
 
     def _gets_part(self, real: int) -> bool:
@@ -230,7 +239,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         if pad:
             batch = self._pad(
                 batch,
-                math.ceil(real / self.state.num_processes) * self.state.num_processes - real,
+                math.ceil(real / self._shards) * self._shards - real,
                 first,
             )
         return self._slice(batch, slice(start, stop))
@@ -269,14 +278,12 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                 head_rounds = iter([(head, False)]) if rounds is not None else None
                 head, head_round = self._next_round(head_rounds)
                 if head_round is not None:
-                    first = self._slice(
-                        self._materialize(head, head_round), slice(0, self.state.num_processes)
-                    )
+                    first = self._slice(self._materialize(head, head_round), slice(0, self._shards))
             local, announced = self._next_round(rounds)
             while announced is not None:
                 batch = self._materialize(local, announced)
                 if first is None:
-                    first = self._slice(batch, slice(0, self.state.num_processes))
+                    first = self._slice(batch, slice(0, self._shards))
                 local, following = None, None
                 if not announced.last:
                     local, following = self._next_round(rounds)

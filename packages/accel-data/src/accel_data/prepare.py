@@ -49,8 +49,11 @@ def prepare_data_loader(
     Args:
         dataloader: The dataloader to wrap (it is not modified).
         device: Where batches go when ``put_on_device`` (default: ``PartialState().device``).
-        num_processes: Number of shards (default: ``PartialState().num_processes``).
-        process_index: This process's shard (default: ``PartialState().process_index``).
+        num_processes: Number of shards (default: ``PartialState().data_parallel_size``: every
+            process, or the data-parallel ranks of an N-D mesh, whose tensor/context-parallel
+            ranks share a batch).
+        process_index: This process's shard (default:
+            ``PartialState().data_parallel_process_index``).
         split_batches: Split every batch between the processes (the total batch size stays the
             dataloader's) instead of giving each process whole batches (``batch_size *
             num_processes`` per step).
@@ -92,16 +95,14 @@ def prepare_data_loader(
             "are broadcast on the device; pass put_on_device=True, or dispatch_batches=False."
         )
     state = PartialState()
-    num_processes = state.num_processes if num_processes is None else num_processes
-    process_index = state.process_index if process_index is None else process_index
-    if dispatch_batches and (num_processes, process_index) != (
-        state.num_processes,
-        state.process_index,
-    ):
+    shards, shard = state.data_parallel_size, state.data_parallel_process_index
+    num_processes = shards if num_processes is None else num_processes
+    process_index = shard if process_index is None else process_index
+    if dispatch_batches and (num_processes, process_index) != (shards, shard):
         raise DataConfigurationError(
             f"prepare_data_loader(dispatch_batches=True, num_processes={num_processes}, "
             f"process_index={process_index}): dispatching broadcasts over the real process group "
-            f"({state.num_processes} processes, this one {state.process_index}); leave "
+            f"and slices for its {shards} data-parallel shards (this process: {shard}); leave "
             "num_processes and process_index unset, or pass dispatch_batches=False."
         )
     if split_batches:

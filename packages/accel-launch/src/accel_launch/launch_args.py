@@ -11,6 +11,8 @@ from typing import Any
 
 from accel_launch.config.fields import BOOL_SPELLINGS, parse_bool
 from accel_launch.config.schema import (
+    CP_BACKENDS,
+    CP_COMM_STRATEGIES,
     DEEPSPEED_MULTINODE_LAUNCHERS,
     DYNAMO_BACKENDS,
     DYNAMO_MODES,
@@ -23,6 +25,7 @@ from accel_launch.config.schema import (
     FSDP_STATE_DICT_TYPES,
     OFFLOAD_DEVICES,
     RDZV_BACKENDS,
+    SP_BACKENDS,
 )
 from accel_launch.errors import ConfigError
 from accel_launch.spellings import add_hyphenated_spellings
@@ -287,6 +290,52 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     _bool_flag(fsdp, "--fsdp_sync_module_states", "Broadcast module states from rank 0.")
     _bool_flag(fsdp, "--fsdp_activation_checkpointing", "Checkpoint activations of FSDP units.")
 
+    nd = parser.add_argument_group("N-D parallelism (with --use_parallelism_config)")
+    _add(
+        nd,
+        "--use_parallelism_config",
+        action="store_true",
+        help="Workers build a ParallelismConfig device mesh from the sizes below.",
+    )
+    for dim, meaning in (
+        ("dp_replicate", "data-parallel replicas (DDP, or HSDP's replicate dimension)"),
+        ("dp_shard", "data-parallel ranks parameters are sharded over (FSDP2)"),
+        ("tp", "tensor-parallel degree"),
+        ("cp", "context-parallel degree (CUDA)"),
+        ("sp", "sequence-parallel degree (not supported by accel's Accelerator)"),
+    ):
+        _add(
+            nd,
+            f"--parallelism_config_{dim}_size",
+            type=int,
+            help=f"Size of the {dim} dimension: {meaning}; -1 takes the leftover processes.",
+        )
+    _add(
+        nd,
+        "--parallelism_config_cp_backend",
+        type=_lower,
+        choices=CP_BACKENDS,
+        help="Context-parallel backend.",
+    )
+    _add(
+        nd,
+        "--parallelism_config_cp_comm_strategy",
+        type=_lower,
+        choices=CP_COMM_STRATEGIES,
+        help="How ring attention exchanges keys and values.",
+    )
+    _add(
+        nd,
+        "--parallelism_config_sp_backend",
+        type=_lower,
+        choices=SP_BACKENDS,
+        help="Sequence-parallel backend.",
+    )
+    _add(nd, "--parallelism_config_sp_seq_length", type=int, help="Fixed sequence length (SP).")
+    _bool_flag(
+        nd, "--parallelism_config_sp_seq_length_is_variable", "Sequences vary in length (SP)."
+    )
+    _add(nd, "--parallelism_config_sp_attn_implementation", help="Attention SP wraps.")
     fp8 = parser.add_argument_group("FP8 (with --mixed_precision fp8)")
     _add(
         fp8,

@@ -12,6 +12,7 @@ from accel_launch.config.schema import (
     DynamoConfig,
     Fp8Config,
     FsdpConfig,
+    ParallelismSection,
     flag_key,
 )
 from accel_launch.errors import LaunchArgumentError
@@ -68,6 +69,8 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
     }
     if getattr(args, "cpu", None):
         top["use_cpu"] = True
+    if getattr(args, "use_parallelism_config", None):
+        top["use_parallelism_config"] = True
     if chosen:
         top["distributed_type"] = chosen[0][1].value
     data: dict[str, Any] = dict(top)
@@ -75,6 +78,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         ("dynamo_config", DynamoConfig),
         ("deepspeed_config", DeepSpeedConfig),
         ("fsdp_config", FsdpConfig),
+        ("parallelism_config", ParallelismSection),
         ("fp8_config", Fp8Config),
     ):
         values = _section_values(args, section)

@@ -28,7 +28,7 @@ from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.overlay import flags_to_config
 from accel_state.contract import LaunchContract
-from accel_state.errors import EnvironmentConfigError
+from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
 
 DEFAULT_PORT = 29500
@@ -163,12 +163,64 @@ def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) 
             use_fsdp=kind is DistributedType.FSDP,
             fsdp_config=config.fsdp_config.to_dict() if kind is DistributedType.FSDP else {},
             downcast_bf16=bool(config.downcast_bf16),
+            use_parallelism_config=_uses_parallelism_config(config),
+            parallelism_config={
+                key: _text(value) for key, value in config.parallelism_config.settings().items()
+            },
             fp8_backend=fp8.fp8_backend if fp8_on else None,
             fp8_config=fp8.recipe_fields() if fp8_on else {},
             process_group_timeout=config.collective_timeout,
         )
     except EnvironmentConfigError as error:
         raise LaunchArgumentError(str(error)) from None
+
+
+def _uses_parallelism_config(config: AccelConfig) -> bool:
+    """``--use_parallelism_config``, or any ``parallelism_config`` setting (flag or file key)."""
+    return bool(config.use_parallelism_config) or bool(config.parallelism_config.settings())
+
+
+def _text(value: object) -> str:
+    """A setting as the text of its ``PARALLELISM_CONFIG_*`` variable (booleans as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _check_parallelism(
+    config: AccelConfig, kind: DistributedType | None, num_processes: int | None
+) -> None:
+    """Refuse, before anything starts, degrees that do not multiply to ``--num_processes``.
+
+    Raises:
+        LaunchArgumentError: The product of the degrees is not the number of processes (the
+            message prints every factor), or the degrees compose what is refused.
+    """
+    if not _uses_parallelism_config(config) or num_processes is None:
+        return
+    from accel_state.parallelism_config import ParallelismConfig
+
+    sizes = {
+        key: value
+        for key, value in config.parallelism_config.settings().items()
+        if key.endswith("_size")
+    }
+    unset = "dp_shard" if kind is DistributedType.FSDP else "dp_replicate"
+    try:
+        ParallelismConfig(
+            **{
+                "dp_replicate_size": 1,
+                "dp_shard_size": 1,
+                "tp_size": 1,
+                "cp_size": 1,
+                "sp_size": 1,
+                **sizes,
+            }
+        ).resolve(num_processes, unset_dimension=unset)
+    except (ParallelismConfigError, EnvironmentConfigError) as error:
+        raise LaunchArgumentError(
+            f"--parallelism_config_* sizes do not fit --num_processes {num_processes}: {error}"
+        ) from None
 
 
 def _ignored_section_notes(config: AccelConfig, kind: DistributedType | None) -> list[str]:
@@ -340,6 +392,7 @@ def build_plan(
             )
         per_node = num_processes // num_machines
     _check_gpus_suffice(per_node, gpus, kind, config.gpu_ids)
+    _check_parallelism(config, kind, num_processes)
     if num_machines > 1 and not config.main_process_ip:
         raise LaunchArgumentError(
             f"--num_machines {num_machines} needs --main_process_ip: the address of machine 0, "

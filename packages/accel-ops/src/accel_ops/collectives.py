@@ -14,7 +14,13 @@ import torch.distributed as dist
 from accel_ops import xla
 from accel_ops.debug import check_operands
 from accel_ops.errors import DistributedOperationError, InvalidArgumentError
-from accel_ops.group import GroupInfo, check_source, current_group, default_device
+from accel_ops.group import (
+    GroupInfo,
+    check_source,
+    current_group,
+    default_device,
+    describe_group,
+)
 from accel_ops.records import recorded
 from accel_ops.structures import (
     apply_to_tensors,
@@ -38,7 +44,7 @@ _GATHER_FIX = (
 
 
 @recorded("gather")
-def gather(tensor: Any, *, debug: bool | None = None) -> Any:
+def gather(tensor: Any, *, debug: bool | None = None, process_group: Any = None) -> Any:
     """Gather tensors from every process, concatenated along dimension 0.
 
     0-d tensors become 1-d (one value per process). Every process must pass the same structure
@@ -47,6 +53,8 @@ def gather(tensor: Any, *, debug: bool | None = None) -> Any:
     Args:
         tensor: A tensor or nested list/tuple/namedtuple/Mapping/dataclass of tensors.
         debug: Check shapes across processes first (default: the debug-mode setting).
+        process_group: A ``torch.distributed`` group to gather over (e.g. a mesh dimension's);
+            ``None`` gathers over every process.
 
     Returns:
         The same structure; each tensor has ``world_size`` times as many rows. A single process
@@ -57,13 +65,21 @@ def gather(tensor: Any, *, debug: bool | None = None) -> Any:
         DistributedOperationError: Debug mode found operands that differ across processes.
 
     """
-    group = current_group()
+    group = _group(process_group)
     if group is None:
         return tensor
     check_operands("accel_ops.gather", tensor, group, debug, hint=_GATHER_FIX)
     if isinstance(tensor, torch.Tensor):
         return gather_tensor(tensor, group)
     return apply_to_tensors("gather", _GATHER_HINT, gather_tensor, tensor, group)
+
+
+def _group(process_group: Any) -> GroupInfo | None:
+    """The default group, or ``process_group`` described; ``None`` for a single process."""
+    if process_group is None:
+        return current_group()
+    group = describe_group(process_group)
+    return group if group.world_size > 1 else None
 
 
 @recorded("broadcast")

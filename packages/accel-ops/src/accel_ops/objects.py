@@ -13,7 +13,7 @@ from accel_ops.transport import all_gather_objects, broadcast_objects
 
 
 @recorded("gather_object")
-def gather_object(object: Any) -> Any:
+def gather_object(object: Any, *, process_group: Any = None) -> Any:
     """Gather a list from every process into one list, ordered by rank.
 
     Each process passes a list (or tuple) of picklable objects; the result is their
@@ -21,6 +21,7 @@ def gather_object(object: Any) -> Any:
 
     Args:
         object: This process's list of objects.
+        process_group: A ``torch.distributed`` group to gather over; ``None``: every process.
 
     Returns:
         The concatenated list. A single process gets ``object`` back unchanged.
@@ -30,8 +31,8 @@ def gather_object(object: Any) -> Any:
             list or tuple (wrap a single object: ``gather_object([object])``).
 
     """
-    group = current_group()
-    if group is None:
+    group = current_group() if process_group is None else describe_group(process_group)
+    if group is None or group.world_size == 1:
         return object
     parts = all_gather_objects(object, group)
     wrong = [rank for rank, part in enumerate(parts) if not isinstance(part, (list, tuple))]

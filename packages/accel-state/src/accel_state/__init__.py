@@ -33,15 +33,22 @@ _EXPORTS: dict[str, str] = {
     "available_backends": "accel_state.device",
     "select_backend": "accel_state.device",
     "select_device": "accel_state.device",
+    "ParallelMesh": "accel_state.device_mesh",
+    "active_parallel_mesh": "accel_state.device_mesh",
     "patch_environment": "accel_state.envvars",
     "str_to_bool": "accel_state.envvars",
     "AccelStateError": "accel_state.errors",
     "DeviceSelectionError": "accel_state.errors",
     "EnvironmentConfigError": "accel_state.errors",
+    "ParallelismConfigError": "accel_state.errors",
     "ProcessGroupError": "accel_state.errors",
     "StateConflictError": "accel_state.errors",
     "GradientState": "accel_state.gradient_state",
     "PartialState": "accel_state.partial_state",
+    "DeepSpeedSequenceParallelConfig": "accel_state.parallelism_config",
+    "ParallelismConfig": "accel_state.parallelism_config",
+    "TorchContextParallelConfig": "accel_state.parallelism_config",
+    "TorchTensorParallelConfig": "accel_state.parallelism_config",
     "reset_state": "accel_state.shared",
     "snapshot": "accel_state.shared",
     "ComputeEnvironment": "accel_state.types",
@@ -98,6 +105,12 @@ if TYPE_CHECKING:
     from accel_state.device import (
         select_device as select_device,
     )
+    from accel_state.device_mesh import (
+        ParallelMesh as ParallelMesh,
+    )
+    from accel_state.device_mesh import (
+        active_parallel_mesh as active_parallel_mesh,
+    )
     from accel_state.envvars import (
         patch_environment as patch_environment,
     )
@@ -114,6 +127,9 @@ if TYPE_CHECKING:
         EnvironmentConfigError as EnvironmentConfigError,
     )
     from accel_state.errors import (
+        ParallelismConfigError as ParallelismConfigError,
+    )
+    from accel_state.errors import (
         ProcessGroupError as ProcessGroupError,
     )
     from accel_state.errors import (
@@ -121,6 +137,18 @@ if TYPE_CHECKING:
     )
     from accel_state.gradient_state import (
         GradientState as GradientState,
+    )
+    from accel_state.parallelism_config import (
+        DeepSpeedSequenceParallelConfig as DeepSpeedSequenceParallelConfig,
+    )
+    from accel_state.parallelism_config import (
+        ParallelismConfig as ParallelismConfig,
+    )
+    from accel_state.parallelism_config import (
+        TorchContextParallelConfig as TorchContextParallelConfig,
+    )
+    from accel_state.parallelism_config import (
+        TorchTensorParallelConfig as TorchTensorParallelConfig,
     )
     from accel_state.partial_state import (
         PartialState as PartialState,

@@ -29,6 +29,14 @@ Variable                               Meaning
                                        (``accel launch --collective_timeout``; default: see
                                        :mod:`accel_state.process_group`)
 ``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
+``ACCEL_USE_PARALLELISM_CONFIG``       build a ``ParallelismConfig`` (device mesh) in every
+                                       ``Accelerator`` (``ACCELERATE_USE_PARALLELISM_CONFIG`` too)
+``PARALLELISM_CONFIG_<FIELD>``         its settings, under Accelerate's own names:
+                                       ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``, ``_DP_SHARD_SIZE``,
+                                       ``_TP_SIZE``, ``_CP_SIZE``, ``_CP_BACKEND``,
+                                       ``_CP_COMM_STRATEGY``, ``_SP_SIZE``, ``_SP_BACKEND``,
+                                       ``_SP_SEQ_LENGTH``, ``_SP_SEQ_LENGTH_IS_VARIABLE``,
+                                       ``_SP_ATTN_IMPLEMENTATION``
 =====================================  ===========================================================
 
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
@@ -72,6 +80,24 @@ FSDP_CONFIG = "ACCEL_FSDP_CONFIG"
 BACKEND = "ACCEL_BACKEND"
 PROCESS_GROUP_TIMEOUT = "ACCEL_PROCESS_GROUP_TIMEOUT"
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
+USE_PARALLELISM_CONFIG = "ACCEL_USE_PARALLELISM_CONFIG"
+ACCELERATE_USE_PARALLELISM_CONFIG = "ACCELERATE_USE_PARALLELISM_CONFIG"
+#: Prefix of the ``ParallelismConfig`` variables (Accelerate's names, read by both libraries).
+PARALLELISM_CONFIG_PREFIX = "PARALLELISM_CONFIG_"
+#: The ``ParallelismConfig`` settings a launcher hands over, in Accelerate's key names.
+PARALLELISM_CONFIG_KEYS = (
+    "dp_replicate_size",
+    "dp_shard_size",
+    "tp_size",
+    "cp_size",
+    "cp_backend",
+    "cp_comm_strategy",
+    "sp_size",
+    "sp_backend",
+    "sp_seq_length",
+    "sp_seq_length_is_variable",
+    "sp_attn_implementation",
+)
 FP8_BACKEND = "ACCEL_FP8_BACKEND"
 FP8_CONFIG = "ACCEL_FP8_CONFIG"
 #: Written by torch elastic: restarts of the worker group so far.
@@ -99,6 +125,7 @@ ALL_VARIABLES = (
     BACKEND,
     PROCESS_GROUP_TIMEOUT,
     DOWNCAST_BF16,
+    USE_PARALLELISM_CONFIG,
     FP8_BACKEND,
     FP8_CONFIG,
 )
@@ -150,6 +177,26 @@ def _accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
             value = int(value)
         config[key] = value
     return config
+
+
+def parallelism_variable(key: str) -> str:
+    """The variable carrying ``ParallelismConfig`` setting ``key``: ``PARALLELISM_CONFIG_TP_SIZE``."""
+    return PARALLELISM_CONFIG_PREFIX + key.upper()
+
+
+def read_parallelism_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``PARALLELISM_CONFIG_*`` settings present in ``environ``, keyed by field name.
+
+    Values stay text; :class:`accel_state.ParallelismConfig` parses and checks them, naming the
+    variable when one is malformed.
+    """
+    env = os.environ if environ is None else environ
+    settings = {}
+    for key in PARALLELISM_CONFIG_KEYS:
+        raw = env.get(parallelism_variable(key))
+        if raw is not None and raw.strip() != "":
+            settings[key] = raw.strip()
+    return settings
 
 
 def _accelerate_fp8_config(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -225,6 +272,8 @@ class LaunchContract:
     backend: str | None = None
     process_group_timeout: float | None = None
     downcast_bf16: bool = False
+    use_parallelism_config: bool = False
+    parallelism_config: dict[str, str] = dataclasses.field(default_factory=dict)
     fp8_backend: str | None = None
     fp8_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     restart_count: int = 0
@@ -247,6 +296,12 @@ class LaunchContract:
         if self.backend is not None and self.backend not in BACKENDS:
             raise EnvironmentConfigError(
                 f"backend={self.backend!r} is not known; choose one of {', '.join(BACKENDS)}."
+            )
+        unknown = sorted(set(self.parallelism_config) - set(PARALLELISM_CONFIG_KEYS))
+        if unknown:
+            raise EnvironmentConfigError(
+                f"parallelism_config has unknown keys {unknown}; known: "
+                f"{', '.join(PARALLELISM_CONFIG_KEYS)}."
             )
 
     @classmethod
@@ -288,6 +343,9 @@ class LaunchContract:
             backend=backend,
             process_group_timeout=_read_positive_float(env, PROCESS_GROUP_TIMEOUT),
             downcast_bf16=read_bool(env, DOWNCAST_BF16),
+            use_parallelism_config=read_bool(env, USE_PARALLELISM_CONFIG)
+            or read_bool(env, ACCELERATE_USE_PARALLELISM_CONFIG),
+            parallelism_config=read_parallelism_settings(env),
             fp8_backend=_read_fp8_backend(env),
             fp8_config=_read_json_object(env, FP8_CONFIG) or _accelerate_fp8_config(env),
             restart_count=read_int(env, RESTART_COUNT, default=0, minimum=0),
@@ -308,6 +366,7 @@ class LaunchContract:
             USE_DEEPSPEED: _flag(self.use_deepspeed),
             USE_FSDP: _flag(self.use_fsdp),
             DOWNCAST_BF16: _flag(self.downcast_bf16),
+            USE_PARALLELISM_CONFIG: _flag(self.use_parallelism_config),
         }
         if self.dynamo_mode is not None:
             env[DYNAMO_MODE] = self.dynamo_mode
@@ -321,6 +380,8 @@ class LaunchContract:
             env[BACKEND] = self.backend
         if self.process_group_timeout is not None:
             env[PROCESS_GROUP_TIMEOUT] = repr(float(self.process_group_timeout))
+        for key, value in self.parallelism_config.items():
+            env[parallelism_variable(key)] = str(value)
         if self.fp8_backend is not None:
             env[FP8_BACKEND] = self.fp8_backend
         if self.fp8_config:

@@ -21,3 +21,7 @@ class ProcessGroupError(AccelStateError, RuntimeError):
 
 class StateConflictError(AccelStateError, RuntimeError):
     """The process-wide state is already initialised with settings that contradict a new request."""
+
+
+class ParallelismConfigError(AccelStateError, ValueError):
+    """A ``ParallelismConfig`` degree or setting is invalid, or does not fit the job."""

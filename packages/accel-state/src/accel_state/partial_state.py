@@ -20,6 +20,7 @@ import torch.distributed as dist
 from accel_state.cluster import ProcessLayout, resolve_cluster_environment
 from accel_state.contract import LaunchContract
 from accel_state.device import select_backend, select_device
+from accel_state.device_mesh import activate, active_parallel_mesh
 from accel_state.errors import StateConflictError
 from accel_state.process_group import (
     lower_timeouts,
@@ -233,6 +234,32 @@ class PartialState:
         return self.num_processes > 1
 
     @property
+    def data_parallel_size(self) -> int:
+        """Distinct batches per step: every process, or the data-parallel ranks of the job's mesh.
+
+        With a :class:`~accel_state.ParallelismConfig` mesh active, ranks that differ only in
+        their tensor/context-parallel coordinate share a batch; dataloaders shard over these.
+        """
+        mesh = active_parallel_mesh()
+        return self.num_processes if mesh is None else mesh.data_parallel_size
+
+    @property
+    def data_parallel_process_index(self) -> int:
+        """Which of the :attr:`data_parallel_size` batches this process gets."""
+        mesh = active_parallel_mesh()
+        return self.process_index if mesh is None else mesh.data_parallel_rank
+
+    @property
+    def data_parallel_group(self) -> Any:
+        """The process group of the data-parallel ranks this process belongs to.
+
+        ``None`` when that is every process (no mesh, or a mesh of data-parallel dimensions
+        only). Only meaningful when :attr:`data_parallel_size` is above 1.
+        """
+        mesh = active_parallel_mesh()
+        return None if mesh is None else mesh.data_parallel_group()
+
+    @property
     def distributed_type(self) -> DistributedType:
         """The job's distributed mode, derived from the launcher settings and the device."""
         if self.contract.use_deepspeed:
@@ -356,6 +383,7 @@ class PartialState:
     def destroy_process_group(self) -> None:
         """Tear down the process group and forget the state; a later PartialState starts afresh."""
         stop_process_group()
+        activate(None)
         self._shared_state.clear()
 
 

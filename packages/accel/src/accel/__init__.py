@@ -37,6 +37,11 @@ _EXPORTS = {
     "GradientAccumulationPlugin": "accel.plugins",
     "DeepSpeedPlugin": "accel.utils.deepspeed",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
+    "ParallelismConfig": "accel_state",
+    "TorchTensorParallelConfig": "accel_state",
+    "TorchContextParallelConfig": "accel_state",
+    "TorchTensorParallelPlugin": "accel.parallelism",
+    "prepare_pippy": "accel.inference",
     "AccelError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
     from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
+    from accel.inference import prepare_pippy as prepare_pippy
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
     from accel.kwargs_handlers import DistributedDataParallelKwargs as DistributedDataParallelKwargs
@@ -84,6 +90,7 @@ if TYPE_CHECKING:
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
+    from accel.parallelism import TorchTensorParallelPlugin as TorchTensorParallelPlugin
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.profiling import ProfileKwargs as ProfileKwargs
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
@@ -113,6 +120,9 @@ if TYPE_CHECKING:
     from accel_launch import notebook_launcher as notebook_launcher
     from accel_state import DistributedType as DistributedType
     from accel_state import GradientState as GradientState
+    from accel_state import ParallelismConfig as ParallelismConfig
     from accel_state import PartialState as PartialState
     from accel_state import PrecisionType as PrecisionType
     from accel_state import RNGType as RNGType
+    from accel_state import TorchContextParallelConfig as TorchContextParallelConfig
+    from accel_state import TorchTensorParallelConfig as TorchTensorParallelConfig

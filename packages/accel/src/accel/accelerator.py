@@ -12,7 +12,6 @@ import torch
 
 import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
-from accel.compilation import compile_model
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
@@ -27,6 +26,8 @@ from accel.kwargs_handlers import (
 )
 from accel.modeling import patch_forward_for_precision, unwrap_model
 from accel.optimizer import AcceleratedOptimizer
+from accel.parallelism import requested_config
+from accel.parallelism_mixin import ParallelismMixin
 from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
@@ -57,7 +58,7 @@ _HANDLER_TYPES = (
 )
 
 
-class Accelerator(CheckpointingMixin, FP8AttributesMixin):
+class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
     """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
 
     Args:
@@ -91,8 +92,13 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         dynamo_plugin: Full ``torch.compile`` settings; exclusive with ``dynamo_backend``.
         deepspeed_plugins: Accelerate's name for one DeepSpeed plugin (a dict of several
             plugins is not supported).
-        torch_tp_plugin, megatron_lm_plugin, parallelism_config: Accepted for compatibility;
-            anything but ``None`` raises :class:`UnsupportedFeatureError` naming why.
+        parallelism_config: A :class:`~accel.ParallelismConfig`: N-D parallelism on one device
+            mesh (HSDP, tensor and context parallelism with FSDP2); default: the launcher's
+            (``--use_parallelism_config``). See :mod:`accel.parallelism`.
+        torch_tp_plugin: Accelerate's older :class:`~accel.TorchTensorParallelPlugin`
+            (``ParallelismConfig(tp_size=...)``).
+        megatron_lm_plugin: Accepted for compatibility; anything but ``None`` raises
+            :class:`UnsupportedFeatureError` naming why.
         use_seedable_sampler: Shortcut for the ``DataLoaderConfiguration`` field (Accelerate 0.x).
         logging_dir: Accelerate 0.x's spelling of ``project_dir`` (deprecated there too).
 
@@ -130,11 +136,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         use_seedable_sampler: bool = _UNSET,
         logging_dir: str | None = None,
     ) -> None:
-        _refuse_unsupported(
-            torch_tp_plugin=torch_tp_plugin,
-            megatron_lm_plugin=megatron_lm_plugin,
-            parallelism_config=parallelism_config,
-        )
+        _refuse_unsupported(megatron_lm_plugin=megatron_lm_plugin)
         deepspeed_plugin = _single_deepspeed_plugin(deepspeed_plugin, deepspeed_plugins)
         if logging_dir is not None:
             if project_dir is not None and str(project_dir) != str(logging_dir):
@@ -169,7 +171,10 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
             fsdp_plugin=fsdp_plugin,
             backend=self.init_handler.backend if self.init_handler else None,
             timeout=self.init_handler.timeout if self.init_handler else None,
+            parallelism_config=requested_config(parallelism_config, torch_tp_plugin),
         )
+        if torch_tp_plugin is not None:
+            torch_tp_plugin.torch_device_mesh = self.state.device_mesh
         contract = self.state.partial.contract
 
         if gradient_accumulation_plugin is not None:
@@ -199,6 +204,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         self.strategy = make_strategy(
             self.state.distributed_type,
             self.state.partial,
+            parallel_mesh=self.state.parallel_mesh,
             **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
         )
         self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
@@ -412,7 +418,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         self._parameter_moves.update(self.precision.prepare_model(model))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
         prepared = model if evaluation_mode else self.strategy.wrap(model)
-        prepared = compile_model(prepared, self.state.dynamo_plugin)
+        prepared = self.strategy.compile(prepared, self.state.dynamo_plugin)
         self._models.append(prepared)
         return self._remember(model, prepared)  # type: ignore[no-any-return]
 
@@ -455,7 +461,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
             followed or self._optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
             split_batches=self.split_batches,
-            num_processes=self.num_processes,
+            num_processes=self.state.partial.data_parallel_size,
         )
         self._schedulers.append(prepared)
         return self._remember(scheduler, prepared)  # type: ignore[no-any-return]
@@ -472,8 +478,8 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         prepared = prepare_data_loader(
             data_loader,
             device=self.device,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
+            num_processes=self.state.partial.data_parallel_size,
+            process_index=self.state.partial.data_parallel_process_index,
             split_batches=config.split_batches,
             put_on_device=placement,
             rng_types=list(self.rng_types),
@@ -608,7 +614,15 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
         except TypeError:
             all_tensors = False
         as_objects = use_gather_object or not all_tensors
-        data = accel_ops.gather_object(input_data) if as_objects else accel_ops.gather(input_data)
+        # Over the data-parallel ranks only: ranks of one tensor/context-parallel group hold
+        # the same samples.
+        partial = self.state.partial
+        if partial.data_parallel_size == 1:
+            data = input_data
+        else:
+            group = partial.data_parallel_group
+            gather = accel_ops.gather_object if as_objects else accel_ops.gather
+            data = gather(input_data, process_group=group)
         remainder = self.gradient_state.remainder
         if not self.gradient_state.end_of_dataloader or remainder <= 0:
             return data
@@ -823,7 +837,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin):
 
     @property
     def should_save_model(self) -> bool:
-        """Whether this process writes the model: the local main process (no N-D parallelism here)."""
+        """Whether this process writes the model: the local main process (weights are gathered first)."""
         return self.is_local_main_process
 
     @property
@@ -952,11 +966,7 @@ def _parameter_list(parameters: Any) -> list[torch.Tensor]:
 
 
 _UNSUPPORTED_ARGUMENTS = {
-    "torch_tp_plugin": "tensor parallelism through TorchTensorParallelPlugin is not implemented "
-    "in accel",
     "megatron_lm_plugin": "Megatron-LM is not a target of accel (use FSDP or DeepSpeed)",
-    "parallelism_config": "ParallelismConfig (N-D parallelism: tp/cp/dp shards) is not "
-    "implemented in accel",
 }
 
 

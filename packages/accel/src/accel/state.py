@@ -9,8 +9,21 @@ import torch
 
 from accel.errors import AcceleratorConfigError, StateResetError
 from accel.kwargs_handlers import TorchDynamoPlugin
-from accel_state import DistributedType, GradientState, PartialState, PrecisionType
+from accel_state import (
+    DistributedType,
+    GradientState,
+    ParallelismConfig,
+    PartialState,
+    PrecisionType,
+)
+from accel_state.device_mesh import ParallelMesh, activate
 from accel_state.shared import shared_dict
+
+_DATA_PARALLEL_TYPES = (
+    DistributedType.MULTI_CPU,
+    DistributedType.MULTI_GPU,
+    DistributedType.MULTI_XPU,
+)
 
 
 def state_reset_error(name: str) -> StateResetError:
@@ -41,9 +54,12 @@ class AcceleratorState:
         fsdp_plugin: FSDP settings (strategy lands with the FSDP issue).
         backend: Communication backend for the process group.
         timeout: Process-group timeout.
+        parallelism_config: A :class:`~accel_state.ParallelismConfig`: its mesh is built here (on
+            every rank) and becomes the job's (see :mod:`accel.parallelism`).
 
     Raises:
-        AcceleratorConfigError: The state already exists with a different precision.
+        AcceleratorConfigError: The state already exists with a different precision or
+            parallelism config, or the config cannot run here.
     """
 
     _shared_state: ClassVar[dict[str, Any]] = shared_dict("AcceleratorState")
@@ -57,6 +73,7 @@ class AcceleratorState:
         fsdp_plugin: Any = None,
         backend: str | None = None,
         timeout: datetime.timedelta | None = None,
+        parallelism_config: ParallelismConfig | None = None,
     ) -> None:
         self.__dict__ = self._shared_state
         partial = PartialState(cpu, backend=backend, timeout=timeout)
@@ -67,6 +84,12 @@ class AcceleratorState:
                     f"AcceleratorState already uses mixed_precision={self.mixed_precision.value!r}; "
                     f"mixed_precision={requested.value!r} cannot be honoured in the same process. "
                     "Create one Accelerator per process, or call accel_state.reset_state() first."
+                )
+            if parallelism_config is not None and parallelism_config is not self.parallelism_config:
+                raise AcceleratorConfigError(
+                    "AcceleratorState already has its parallelism_config (device mesh); another "
+                    "cannot be honoured in the same process. Create one Accelerator per process, "
+                    "or call AcceleratorState._reset_state() first."
                 )
             return
         contract = partial.contract
@@ -83,6 +106,55 @@ class AcceleratorState:
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,
         )
+        if parallelism_config is None:
+            from accel.parallelism import launcher_config
+
+            parallelism_config = launcher_config(contract)
+        if parallelism_config is not None:
+            self._build_mesh(parallelism_config)
+
+    def _build_mesh(self, config: ParallelismConfig) -> None:
+        """Fit, check and build the config's mesh for this job's strategy (see accel.parallelism)."""
+        from accel.parallelism import build_parallel_mesh
+
+        try:
+            mesh = build_parallel_mesh(
+                config,
+                partial=self.partial,
+                distributed_type=self.distributed_type,
+                fsdp_version=self._fsdp_version(),
+            )
+        except BaseException:
+            self._shared_state.clear()
+            raise
+        self._shared_state.update(parallelism_config=config, parallel_mesh=mesh)
+
+    def _fsdp_version(self) -> int:
+        """The FSDP version a job of type FSDP would use (plugin, else launcher, else 2)."""
+        if self.distributed_type is not DistributedType.FSDP:
+            return 2
+        from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+
+        plugin = self._shared_state.get("fsdp_plugin")
+        if not isinstance(plugin, FullyShardedDataParallelPlugin):
+            plugin = FullyShardedDataParallelPlugin()
+        return plugin.resolved(self.partial.contract.fsdp_config).fsdp_version
+
+    @property
+    def parallelism_config(self) -> ParallelismConfig | None:
+        """The job's :class:`~accel_state.ParallelismConfig` (resolved), else ``None``."""
+        return self._shared_state.get("parallelism_config")
+
+    @property
+    def parallel_mesh(self) -> ParallelMesh | None:
+        """The meshes of :attr:`parallelism_config`, else ``None``."""
+        return self._shared_state.get("parallel_mesh")
+
+    @property
+    def device_mesh(self) -> Any:
+        """The job's ``DeviceMesh`` (Accelerate's ``state.device_mesh``), else ``None``."""
+        mesh = self.parallel_mesh
+        return None if mesh is None else mesh.world_mesh
 
     @property
     def initialized(self) -> bool:
@@ -97,6 +169,7 @@ class AcceleratorState:
         ``reset_partial_state=True``.
         """
         cls._shared_state.clear()
+        activate(None)
         if reset_partial_state:
             PartialState._reset_state()
 
@@ -122,7 +195,11 @@ class AcceleratorState:
             return DistributedType.DEEPSPEED
         if self._shared_state.get("fsdp_plugin") is not None:
             return DistributedType.FSDP
-        return self.partial.distributed_type
+        kind = self.partial.distributed_type
+        mesh = self._shared_state.get("parallel_mesh")
+        if mesh is not None and mesh.config.shards_parameters and kind in _DATA_PARALLEL_TYPES:
+            return DistributedType.FSDP  # dp_shard_size > 1 shards with FSDP2
+        return kind
 
     @distributed_type.setter
     def distributed_type(self, value: DistributedType | str) -> None:

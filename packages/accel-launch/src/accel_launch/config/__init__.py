@@ -8,7 +8,13 @@ from accel_launch.config.paths import (
     default_config_file,
     locate_config_file,
 )
-from accel_launch.config.schema import AccelConfig, DeepSpeedConfig, DynamoConfig, FsdpConfig
+from accel_launch.config.schema import (
+    AccelConfig,
+    DeepSpeedConfig,
+    DynamoConfig,
+    FsdpConfig,
+    ParallelismSection,
+)
 
 __all__ = [
     "AccelConfig",
@@ -16,6 +22,7 @@ __all__ = [
     "DeepSpeedConfig",
     "DynamoConfig",
     "FsdpConfig",
+    "ParallelismSection",
     "accelerate_config_file",
     "cache_folder",
     "default_config_file",

@@ -60,6 +60,11 @@ FSDP_AUTO_WRAP_POLICIES = ["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP
 FSDP_BACKWARD_PREFETCH = ["BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"]
 FSDP_STATE_DICT_TYPES = ["FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"]
 DISTRIBUTED_TYPES = DistributedType.list()
+CP_BACKENDS = ["torch"]
+CP_COMM_STRATEGIES = ["allgather", "alltoall"]
+SP_BACKENDS = ["deepspeed", "accelerate"]
+#: Prefix of the ``parallelism_config`` keys (and ``--parallelism_config_*`` flags).
+PARALLELISM_PREFIX = "parallelism_config_"
 FP8_BACKENDS = ["AO", "TE", "MSAMP"]
 FP8_FORMATS = ["HYBRID", "E4M3", "E5M2"]
 FP8_AMAX_COMPUTE_ALGOS = ["max", "most_recent"]
@@ -79,7 +84,6 @@ IGNORED_KEYS = frozenset(
         "megatron_lm_config",
         "ipex_config",
         "mpirun_config",
-        "parallelism_config",
     }
 )
 
@@ -277,6 +281,53 @@ class FsdpConfig(Section):
     )
 
 
+def _degree(key: str, value: Any) -> int:
+    """A parallelism degree: an integer >= 1, or -1 (the processes the other degrees leave)."""
+    number = int_parser()(key, value)
+    if number < 1 and number != -1:
+        raise ConfigError(
+            "must be >= 1, or -1 to take the leftover processes", key=key, value=value
+        )
+    return int(number)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelismSection(Section):
+    """``parallelism_config``: N-D parallelism degrees handed to workers (Accelerate's keys)."""
+
+    parallelism_config_dp_replicate_size: int | None = _opt(
+        _degree, "data-parallel replicas (DDP / HSDP replicate dimension)"
+    )
+    parallelism_config_dp_shard_size: int | None = _opt(
+        _degree, "data-parallel ranks parameters are sharded over (FSDP2)"
+    )
+    parallelism_config_tp_size: int | None = _opt(_degree, "tensor-parallel degree")
+    parallelism_config_cp_size: int | None = _opt(_degree, "context-parallel degree (CUDA)")
+    parallelism_config_cp_backend: str | None = _opt(
+        choice_parser(CP_BACKENDS, "lower"), "context-parallel backend (torch)"
+    )
+    parallelism_config_cp_comm_strategy: str | None = _opt(
+        choice_parser(CP_COMM_STRATEGIES, "lower"), "ring attention exchange: allgather, alltoall"
+    )
+    parallelism_config_sp_size: int | None = _opt(_degree, "sequence-parallel (Ulysses) degree")
+    parallelism_config_sp_backend: str | None = _opt(
+        choice_parser(SP_BACKENDS, "lower"), "sequence-parallel backend: deepspeed, accelerate"
+    )
+    parallelism_config_sp_seq_length: int | None = _opt(int_parser(1), "fixed sequence length")
+    parallelism_config_sp_seq_length_is_variable: bool | None = _opt(
+        parse_bool, "sequences vary in length"
+    )
+    parallelism_config_sp_attn_implementation: str | None = _opt(
+        parse_str, "attention the Ulysses wrapper calls"
+    )
+
+    def settings(self) -> dict[str, Any]:
+        """The keys that are set, without the ``parallelism_config_`` prefix (the field names)."""
+        return {
+            key.removeprefix(PARALLELISM_PREFIX): value for key, value in self.to_dict().items()
+        }
+
+
 def parse_precision_override(key: str, value: Any) -> tuple[bool, bool, bool]:
     """Three booleans (fprop, dgrad, wgrad): a list, or text such as ``"true,false,false"``."""
     parts = value.split(",") if isinstance(value, str) else value
@@ -391,6 +442,13 @@ class AccelConfig(Section):
     fsdp_config: FsdpConfig = dataclasses.field(
         default_factory=FsdpConfig, metadata={"section": FsdpConfig, "doc": "FSDP settings"}
     )
+    use_parallelism_config: bool | None = _opt(
+        parse_bool, "build a ParallelismConfig (device mesh) in the workers"
+    )
+    parallelism_config: ParallelismSection = dataclasses.field(
+        default_factory=ParallelismSection,
+        metadata={"section": ParallelismSection, "doc": "N-D parallelism degrees"},
+    )
     fp8_config: Fp8Config = dataclasses.field(
         default_factory=Fp8Config,
         metadata={"section": Fp8Config, "doc": "fp8 recipe (with mixed_precision fp8)"},
@@ -417,6 +475,8 @@ class AccelConfig(Section):
 
 
 __all__ = [
+    "CP_BACKENDS",
+    "CP_COMM_STRATEGIES",
     "DISTRIBUTED_TYPES",
     "DYNAMO_BACKENDS",
     "DYNAMO_MODES",
@@ -431,11 +491,13 @@ __all__ = [
     "IGNORED_KEYS",
     "OFFLOAD_DEVICES",
     "RDZV_BACKENDS",
+    "SP_BACKENDS",
     "AccelConfig",
     "DeepSpeedConfig",
     "DynamoConfig",
     "Fp8Config",
     "FsdpConfig",
+    "ParallelismSection",
     "Section",
     "file_key",
     "flag_key",

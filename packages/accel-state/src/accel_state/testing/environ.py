@@ -24,12 +24,18 @@ LAUNCHER_VARIABLES = (
 )
 
 
+#: Prefixes of the settings variables dropped with ``ACCEL_*``: Accelerate's N-D parallelism
+#: settings, which the launcher writes under Accelerate's own names.
+SETTINGS_PREFIXES = ("ACCEL_", "PARALLELISM_CONFIG_", "ACCELERATE_USE_PARALLELISM_CONFIG")
+
+
 def without_launcher_variables(
     environ: Mapping[str, str], drop_accel: bool = True
 ) -> dict[str, str]:
-    """A copy of ``environ`` without :data:`LAUNCHER_VARIABLES` (and ``ACCEL_*`` unless asked)."""
+    """A copy of ``environ`` without :data:`LAUNCHER_VARIABLES` (and settings unless asked)."""
     return {
         name: value
         for name, value in environ.items()
-        if name not in LAUNCHER_VARIABLES and not (drop_accel and name.startswith("ACCEL_"))
+        if name not in LAUNCHER_VARIABLES
+        and not (drop_accel and name.startswith(SETTINGS_PREFIXES))
     }

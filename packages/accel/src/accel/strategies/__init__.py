@@ -14,6 +14,7 @@ from accel.strategies.ddp import DDPStrategy
 from accel.strategies.fsdp import FSDPStrategy
 from accel.strategies.xla import XLAStrategy
 from accel_state import DistributedType, PartialState
+from accel_state.device_mesh import ParallelMesh
 
 StrategyFactory = Callable[..., ModelStrategy]
 
@@ -42,13 +43,29 @@ def register_strategy(distributed_type: DistributedType, factory: StrategyFactor
 
 
 def make_strategy(
-    distributed_type: DistributedType, state: PartialState, **settings: Any
+    distributed_type: DistributedType,
+    state: PartialState,
+    parallel_mesh: ParallelMesh | None = None,
+    **settings: Any,
 ) -> ModelStrategy:
-    """Build the strategy for ``distributed_type``.
+    """Build the strategy for ``distributed_type``, or the N-D one for a mesh that splits models.
+
+    Args:
+        distributed_type: The job's distributed mode.
+        state: The job's state.
+        parallel_mesh: The job's ``ParallelismConfig`` mesh; when it shards or splits models
+            (``dp_shard``, ``tp``, ``cp`` above 1) :class:`MeshStrategy` prepares them, composing
+            TP/CP with FSDP2 on it. A mesh of ``dp_replicate`` only keeps the type's strategy.
+        **settings: The strategy's own settings (``DistributedDataParallelKwargs`` fields).
 
     Raises:
         UnsupportedFeatureError: No strategy is registered for that type yet.
     """
+    from accel.strategies.mesh import MeshStrategy, needs_mesh_strategy
+
+    if needs_mesh_strategy(parallel_mesh):
+        assert parallel_mesh is not None
+        return MeshStrategy(state, parallel_mesh=parallel_mesh)
     factory = _STRATEGIES.get(distributed_type)
     if factory is None:
         raise UnsupportedFeatureError(

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_ckpt import ShardedState
 from accel_state import PartialState
 
@@ -31,6 +32,12 @@ class ModelStrategy:
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap a model that is already on its device."""
         return model
+
+    def compile(self, model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
+        """``torch.compile`` a wrapped model as ``plugin`` says (a strategy may compile earlier)."""
+        from accel.compilation import compile_model
+
+        return compile_model(model, plugin)
 
     def prepare_together(self, prepared: list[Any], dataloaders: Sequence[Any]) -> list[Any]:
         """See every object of one ``prepare`` call once each was prepared on its own.

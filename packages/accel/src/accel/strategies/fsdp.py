@@ -66,6 +66,9 @@ class FSDPStrategy(ModelStrategy):
                 "--num_processes N` (or torchrun), or drop the FSDP setting."
             )
         self.fsdp = resolve_settings(state)
+        #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
+        #: strategy (``accel.strategies.mesh``) sets its ``dp_shard_cp`` / HSDP mesh here.
+        self.mesh: Any = None
         self._moves: ParameterMoves = {}
         self._roots: list[weakref.ref[torch.nn.Module]] = []
 
@@ -91,7 +94,7 @@ class FSDPStrategy(ModelStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(wrapped))
-        _release_at_exit(wrapped)
+        release_at_exit(wrapped)
         return wrapped
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
@@ -150,6 +153,8 @@ class FSDPStrategy(ModelStrategy):
             "mp_policy": mp_policy,
             "offload_policy": offload,
         }
+        if self.mesh is not None:
+            options["mesh"] = self.mesh
         if self.fsdp.ignored_modules is not None:
             options["ignored_params"] = {
                 parameter
@@ -374,8 +379,12 @@ class FSDPStrategy(ModelStrategy):
 _SHARDED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
-def _release_at_exit(model: torch.nn.Module) -> None:
-    """Remember ``model`` for the exit hook (registered with the first sharded model)."""
+def release_at_exit(model: torch.nn.Module) -> None:
+    """Remember ``model`` for the exit hook (registered with the first sharded model).
+
+    The hook frees the destroyed group from everything reachable from the model: FSDP units,
+    ``DTensor`` parameters and their meshes (FSDP, HSDP and tensor-parallel models alike).
+    """
     if not _SHARDED:
         atexit.unregister(_release_sharded_at_exit)
         atexit.register(_release_sharded_at_exit)

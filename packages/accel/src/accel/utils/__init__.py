@@ -14,6 +14,10 @@ _FROM_STATE = [
     "PrecisionType",
     "RNGType",
     "ComputeEnvironment",
+    "ParallelismConfig",
+    "TorchTensorParallelConfig",
+    "TorchContextParallelConfig",
+    "DeepSpeedSequenceParallelConfig",
     "patch_environment",
     "str_to_bool",
 ]
@@ -132,6 +136,7 @@ _FROM_ACCEL = {
     "DummyOptim": "accel.utils.deepspeed",
     "DummyScheduler": "accel.utils.deepspeed",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
+    "TorchTensorParallelPlugin": "accel.parallelism",
     "extract_model_from_parallel": "accel.utils.modeling",
     "release_memory": "accel.utils.memory",
     "find_executable_batch_size": "accel.utils.memory",

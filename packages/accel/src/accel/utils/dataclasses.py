@@ -19,13 +19,23 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     TorchDynamoPlugin,
 )
+from accel.parallelism import TorchTensorParallelPlugin
 from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
 from accel.tracking import LoggerType
 from accel_ckpt import ProjectConfiguration
 from accel_ckpt.big_modeling import BnbQuantizationConfig, CustomDtype
 from accel_data import DataLoaderConfiguration
-from accel_state import ComputeEnvironment, DistributedType, PrecisionType, RNGType
+from accel_state import (
+    ComputeEnvironment,
+    DeepSpeedSequenceParallelConfig,
+    DistributedType,
+    ParallelismConfig,
+    PrecisionType,
+    RNGType,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 
 __all__ = [
     "AORecipeKwargs",
@@ -39,6 +49,7 @@ __all__ = [
     "ComputeEnvironment",
     "DDPCommunicationHookType",
     "DataLoaderConfiguration",
+    "DeepSpeedSequenceParallelConfig",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
@@ -47,9 +58,13 @@ __all__ = [
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "LoggerType",
+    "ParallelismConfig",
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TorchContextParallelConfig",
     "TorchDynamoPlugin",
+    "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin",
 ]

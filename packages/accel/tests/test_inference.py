@@ -1,0 +1,43 @@
+"""prepare_pippy: pipeline-parallel inference on torch.distributed.pipelining, 2 CPU processes."""
+
+import inference_workers
+import pytest
+
+from accel import AcceleratorConfigError, prepare_pippy
+from accel.inference import generate_split_points
+from accel_state.testing import spawn_workers
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_two_stage_pipeline_equals_the_whole_model():
+    reports = spawn_workers(inference_workers.pippy_job, 2, timeout=500)
+    for report in reports:
+        assert report["split_points"] == ["layers.2"]  # the auto split halves the weights
+        assert report["gathered"] is True  # gather_output: every process gets it
+    assert reports[0]["output"] is None  # without gather_output only the last process has it
+    assert reports[1]["output"] is True
+
+
+def test_auto_split_points_balance_sizes_and_keep_blocks_whole():
+    model, _ = inference_workers.make()
+    # embed 448 B, four layers of 1088 B, head 204 B
+    assert generate_split_points(model, 2) == ["layers.2"]
+    assert generate_split_points(model, 3) == ["layers.1", "layers.3"]
+    assert generate_split_points(model, 6) == [
+        "layers.0",
+        "layers.1",
+        "layers.2",
+        "layers.3",
+        "head",
+    ]
+    with pytest.raises(AcceleratorConfigError, match="fewer than the 7 stages"):
+        generate_split_points(model, 7)
+    with pytest.raises(AcceleratorConfigError, match="0 module"):
+        generate_split_points(model, 2, no_split_module_classes=["Stack"])
+
+
+def test_example_inputs_are_required():
+    model, _ = inference_workers.make()
+    with pytest.raises(AcceleratorConfigError, match="example_args"):
+        prepare_pippy(model)
