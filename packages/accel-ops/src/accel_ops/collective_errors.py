@@ -35,6 +35,7 @@ _EVERY_PROCESS = {
     "wait_for_everyone": "wait_for_everyone is a barrier",
 }
 _KEY = "accel/collectives/{attempt}/{rank}"
+_READ_KEY = "accel/collectives/{attempt}/read"
 _SILENT = (
     f"no report within {PEER_WAIT_SECONDS:g} s (busy outside any collective, or waiting in one "
     "that has not timed out yet)"
@@ -205,6 +206,21 @@ def exchange_positions(
             if len(positions) == world_size or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
+        _wait_until_read(store, attempt, len(positions), deadline)
     except Exception:  # noqa: BLE001 - the store may be gone with a dead peer; report what we have
         pass
     return positions
+
+
+def _wait_until_read(store: Any, attempt: int, posted: int, deadline: float) -> None:
+    """Count this rank as done reading; wait (to ``deadline``) for the other posters to be done.
+
+    The rendezvous store lives in one of the processes (rank 0's, usually): a rank that read
+    everything and exited at once would take the store with it before a slower peer had read
+    this rank's position, and that peer would report it as silent.
+    """
+    key = _READ_KEY.format(attempt=attempt)
+    done = store.add(key, 1)
+    while done < posted and time.monotonic() < deadline:
+        time.sleep(0.05)
+        done = store.add(key, 0)
