@@ -135,6 +135,15 @@ def nvidia_gpu_present() -> bool:
     return shutil.which("nvidia-smi") is not None and Path("/dev/nvidia0").exists()
 
 
+def remove_stale_build_locks(session: nox.Session) -> None:
+    """Delete DeepSpeed build locks left in the shared extensions cache by a killed compile.
+
+    Every DeepSpeed job would otherwise wait for such a lock forever (torch never times out on
+    it). Only locks no process on this machine holds go; accel warns users about the same locks.
+    """
+    session.run("python", "-m", "accel.utils.build_locks", "--remove", env=CPU_ENV)
+
+
 @nox.session
 @nox.parametrize("backend", [nox.param(b, tags=["ci"]) for b in BACKENDS])
 @nox.parametrize("package", PACKAGES)
@@ -160,6 +169,8 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
         install_over_system_torch(session, local_closure(package))
     else:
         install_packages(session, backend, local_closure(package), *xla_requirements(backend))
+    if backend == "cpu" and package == "accel":
+        remove_stale_build_locks(session)
     # Exit code 5 (no tests collected) passes only on the cuda leg, whose GPU tests not every
     # package has yet; every package has xla tests, so an empty xla leg is a failure.
     session.run(*pytest_args, env=env, success_codes=[0, 5] if backend == "cuda" else [0])
@@ -169,6 +180,7 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
 def integration(session: nox.Session) -> None:
     """Cross-package, multi-process and CLI end-to-end tests (the example needs scikit-learn)."""
     install_packages(session, "cpu", PACKAGES, "scikit-learn")
+    remove_stale_build_locks(session)
     session.run(
         "pytest",
         str(ROOT / "tests-integration"),
@@ -311,6 +323,7 @@ def bench(session: nox.Session, accelerate: bool) -> None:
 def demo(session: nox.Session) -> None:
     """Train the digits example on 2 CPU processes through accel launch (about a minute)."""
     install_packages(session, "cpu", PACKAGES, "scikit-learn")
+    remove_stale_build_locks(session)
     session.run(
         "accel",
         "launch",

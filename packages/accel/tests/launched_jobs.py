@@ -57,6 +57,9 @@ def finish(job: subprocess.Popen[str], report: Path, timeout: float = 900) -> di
         os.killpg(job.pid, 9)
         output, _ = job.communicate()
         return {"failed": f"timed out after {timeout} s\n{output[-6000:]}"}
+    except BaseException:  # pytest's own timeout, Ctrl-C: no job outlives the test
+        os.killpg(job.pid, 9)
+        raise
     if job.returncode != 0 or not report.exists():
         return {"failed": f"exit {job.returncode}\n{output[-8000:]}"}
     return json.loads(report.read_text())  # type: ignore[no-any-return]
@@ -75,6 +78,11 @@ def run_waves(
             name: start(script, flags, [*args, report_flag, str(root / f"{name}.json")])
             for name, (flags, args) in wave.items()
         }
-        for name, job in started.items():
-            reports[name] = finish(job, root / f"{name}.json")
+        try:
+            for name, job in started.items():
+                reports[name] = finish(job, root / f"{name}.json")
+        finally:  # a test stopped while waiting on one job stops the others too
+            for job in started.values():
+                if job.poll() is None:
+                    os.killpg(job.pid, 9)
     return reports

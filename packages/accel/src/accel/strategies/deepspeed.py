@@ -22,6 +22,7 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
 from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
+from accel.utils.build_locks import warn_about_stale_build_locks
 from accel.utils.deepspeed import (
     DeepSpeedPlugin,
     DummyOptim,
@@ -77,6 +78,7 @@ class DeepSpeedStrategy(ModelStrategy):
         from accel.state import AcceleratorState
 
         require_deepspeed()
+        warn_about_stale_build_locks()  # DeepSpeed compiles its ops on first use
         accelerator_state = AcceleratorState()
         plugin = accelerator_state.deepspeed_plugin
         if plugin is None:
