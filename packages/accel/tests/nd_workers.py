@@ -293,7 +293,7 @@ def groups_alive_after_exit_hooks() -> int:
 
     import torch.distributed as dist
 
-    from accel.strategies import mesh as mesh_strategy
+    from accel.strategies import fsdp as fsdp_strategy
     from accel_state import device_mesh
 
     groups = [dist.group.WORLD] + [
@@ -303,7 +303,7 @@ def groups_alive_after_exit_hooks() -> int:
     ]
     refs = [weakref.ref(group) for group in groups]
     del groups
-    mesh_strategy._release_at_exit()
+    fsdp_strategy._release_sharded_at_exit()  # mesh models are registered there too
     device_mesh._release_at_exit()
     gc.collect()
     return sum(ref() is not None for ref in refs)
