@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -496,9 +495,6 @@ def main(argv: list[str] | None = None) -> int:
         "--processes", nargs="+", type=int, default=list(PROCESS_COUNTS), choices=PROCESS_COUNTS
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    parser.add_argument(
-        "--jobs", type=int, default=2, help="scripts run side by side (each on its own port)"
-    )
     args = parser.parse_args(argv)
     scripts = _selected(args.only)
     wheel = fetch_wheel(cache_dir())
@@ -511,15 +507,9 @@ def main(argv: list[str] | None = None) -> int:
         root = extract_scripts(wheel, work, rename=args.target == "accel")
         if args.target == "accel":
             problems += import_problems(root) + readme_problems(scripts)
-        runs = [(script, processes) for script in scripts for processes in sorted(args.processes)]
-        # The scripts mostly wait on imports and rendezvous: two at a time keep 2 cores busy.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [
-                pool.submit(run_and_judge, script, processes, root, work, args.target)
-                for script, processes in runs
-            ]
-            for future in futures:  # in the listed order, whatever finished first
-                outcome, problem = future.result()
+        for script in scripts:
+            for processes in sorted(args.processes):
+                outcome, problem = run_and_judge(script, processes, root, work, args.target)
                 outcomes.append(outcome)
                 problems += [problem] if problem else []
     finally:
