@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from accel.job_facts import JobFactsMixin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
@@ -30,11 +31,11 @@ def make_project_configuration(
     return config
 
 
-class CheckpointingMixin:
+class CheckpointingMixin(JobFactsMixin):
     """``save_model``, ``save``, ``save_state``, ``load_state`` and registration, for the Accelerator.
 
     The host class provides ``checkpointer``, ``project_configuration``, ``step``, the prepared
-    object lists, ``scaler``, ``unwrap_model`` and ``is_main_process``.
+    object lists, ``scaler`` and ``unwrap_model``; the facts come from :class:`JobFactsMixin`.
     """
 
     checkpointer: Checkpointer
@@ -47,11 +48,6 @@ class CheckpointingMixin:
     _optimizers: list[Any]
     _schedulers: list[Any]
     _dataloaders: list[Any]
-
-    @property
-    def is_main_process(self) -> bool:
-        """Whether this is global rank 0 (the Accelerator overrides this)."""
-        raise NotImplementedError
 
     def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without any wrapper (the Accelerator overrides this)."""
