@@ -29,7 +29,7 @@ class TrainingStepMixin(JobFactsMixin):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Use instead of ``loss.backward()``: divides by the accumulation steps, scales under fp16."""
         steps = self.gradient_accumulation_steps
-        if steps != 1 and not self.strategy.engine_divides_loss:  # no extra node when 1
+        if steps != 1 and not self.strategy.engine_owns_gradients:  # no extra node when 1
             loss = loss / steps
         with self.fault_tolerance.backward(loss):
             self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
@@ -107,9 +107,8 @@ class TrainingStepMixin(JobFactsMixin):
         still-scaled gradient, and returned unscaled).
         """
         tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
-        engine_norm = self.strategy.engine_clip_grad_norm_(max_norm)
-        if engine_norm is not None:
-            return engine_norm
+        if self.strategy.engine_owns_gradients:
+            return self.strategy.clip_grad_norm_(tensors, max_norm, norm_type=norm_type)
         scale = self._gradient_scale()
         norm = self.strategy.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
         return norm if scale == 1.0 else norm / scale
@@ -121,12 +120,10 @@ class TrainingStepMixin(JobFactsMixin):
         bound is applied to the still-scaled gradient (``clip_value`` times the loss scale).
         """
         tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
-        if self.strategy.clip_grad_value_(clip_value):
+        if self.strategy.engine_owns_gradients:
+            self.strategy.clip_grad_value_(tensors, clip_value)
             return
-        bound = clip_value * self._gradient_scale()
-        with_gradients = [tensor for tensor in tensors if tensor.grad is not None]
-        if with_gradients:  # torch 2.13's foreach clamp raises on an empty list
-            torch.nn.utils.clip_grad_value_(with_gradients, bound)
+        self.strategy.clip_grad_value_(tensors, clip_value * self._gradient_scale())
 
     def join_uneven_inputs(
         self, joinables: Sequence[Any], even_batches: bool | None = None
