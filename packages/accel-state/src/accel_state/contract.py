@@ -39,6 +39,10 @@ Variable                               Meaning
                                        ``_SP_ATTN_IMPLEMENTATION``
 =====================================  ===========================================================
 
+``ACCEL_DYNAMO_USE_REGIONAL_COMPILATION`` (too long for the table): compile each repeated block
+once (``accel launch --dynamo_use_regional_compilation``; Accelerate's
+``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`` is read too).
+
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
 restarted the worker group (``restart_count``).
 
@@ -121,6 +125,7 @@ ALL_VARIABLES = (
     DYNAMO_MODE,
     DYNAMO_USE_FULLGRAPH,
     DYNAMO_USE_DYNAMIC,
+    DYNAMO_USE_REGIONAL_COMPILATION,
     USE_DEEPSPEED,
     DEEPSPEED_CONFIG,
     USE_FSDP,
