@@ -116,6 +116,21 @@ def test_hostfile_sets_the_process_count(tmp_path):
     assert {record["world_size"] for record in found.values()} == {2}
 
 
+@pytest.mark.timeout(120)
+def test_one_process_launch_passes_env_and_runs_through_the_affinity_wrapper(tmp_path):
+    # One process on one node gets every core of it, so its affinity is only checked for sanity;
+    # the 2-process launch above is where pinning shows (disjoint shares).
+    result = run(
+        accel_cmd("launch", "--cpu", "--enable_cpu_affinity", "--env", "GREETING=one", WORKER,
+                  str(tmp_path)),
+        timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = records(tmp_path)["rank0.json"]
+    assert record["env"]["GREETING"] == "one" and record["world_size"] == 1
+    assert record["affinity"] == expected_affinity(0, 1)
+
+
 def _plan(*argv):
     return build_plan(build_launch_parser().parse_args([*argv, WORKER]))
 
