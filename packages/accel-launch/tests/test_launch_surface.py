@@ -176,16 +176,19 @@ def test_convert_dict_to_env_variables_skips_unsafe_entries():
 
 def test_purge_accelerate_environment_restores_variables(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    monkeypatch.setenv("ACCEL_GRADIENT_ACCUMULATION_STEPS", "4")
     monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
 
     @purge_accelerate_environment
     def leaky():
         os.environ["ACCELERATE_MIXED_PRECISION"] = "fp16"
         os.environ["ACCELERATE_USE_CPU"] = "true"
+        del os.environ["ACCEL_GRADIENT_ACCUMULATION_STEPS"]
         return "done"
 
     assert leaky() == "done"
     assert os.environ["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert os.environ["ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "4"
     assert "ACCELERATE_USE_CPU" not in os.environ
 
     @purge_accelerate_environment

@@ -48,6 +48,7 @@ def _restored_environment() -> Iterator[None]:
                 os.environ[key] = before[key]
             else:
                 del os.environ[key]
+        os.environ.update(before)  # the ones the code deleted
 
 
 def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:

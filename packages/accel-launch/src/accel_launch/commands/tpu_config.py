@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from accel_launch.errors import AccelLaunchError, LaunchArgumentError
+from accel_launch.errors import AccelLaunchError, ConfigError, LaunchArgumentError
 from accel_launch.spellings import add_hyphenated_spellings
 
 
@@ -54,7 +54,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def _file_defaults(path: str | None) -> dict[str, Any]:
-    from accel_launch.config.files import _parse_text
+    """The config file's keys as written (``tpu_name``... are keys ``accel launch`` ignores)."""
+    import yaml
+
     from accel_launch.config.paths import locate_config_file
 
     location = locate_config_file(path)
@@ -62,7 +64,10 @@ def _file_defaults(path: str | None) -> dict[str, Any]:
         return {}
     if not location.path.is_file():
         raise LaunchArgumentError(f"--config_file {path!r} does not exist.")
-    data = _parse_text(location.path, location.path.read_text())
+    try:
+        data = yaml.safe_load(location.path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"is not valid YAML: {error}", source=str(location.path)) from None
     return data if isinstance(data, dict) else {}
 
 
