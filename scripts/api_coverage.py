@@ -109,6 +109,29 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
         "differs",
         "a compiled DDP model unwraps to a new compiled wrapper; the prepared one keeps DDP",
     ),
+    ("accelerate.utils", "prepare_sagemager_args_inputs"): (
+        "differs",
+        "raises LaunchArgumentError: Amazon SageMaker is a service accel does not target",
+    ),
+    ("accelerate.utils", "prepare_tpu"): (
+        "differs",
+        "pod=True (TPU pods over gcloud) raises LaunchArgumentError; run `accel launch --tpu` on "
+        "each TPU VM",
+    ),
+    ("accelerate.utils", "prepare_deepspeed_cmd_env"): (
+        "differs",
+        "the command is `accel launch --use_deepspeed ...` (torch elastic, the 'standard' "
+        "multi-node launcher), not the deepspeed/pdsh runner",
+    ),
+    ("accelerate.utils", "set_numa_affinity"): (
+        "differs",
+        "also acts on CPU runs: local processes split their NUMA node's cores into equal blocks "
+        "(Accelerate: GPU runs only); a no-op where the kernel publishes no NUMA information",
+    ),
+    ("accelerate.utils", "PrepareForLaunch"): (
+        "differs",
+        "also gives FSDP and DEEPSPEED processes their RANK/LOCAL_RANK (Accelerate: MULTI_* only)",
+    ),
     ("accelerate.utils", "TorchDynamoPlugin"): (
         "differs",
         "backend defaults to 'no' and fullgraph to False instead of None (read from the launcher)",
@@ -176,10 +199,8 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
     (
         r"accelerate\.utils",
-        r"PrepareForLaunch|TORCH_LAUNCH_PARAMS|prepare_multi_gpu_env"
-        r"|prepare_simple_launcher_cmd_env|prepare_tpu|convert_dict_to_env_variables|install_xla"
-        r"|get_cpu_distributed_information|are_libraries_initialized|check_cuda_p2p_ib_support"
-        r"|get_gpu_info|set_numa_affinity",
+        r"TORCH_LAUNCH_PARAMS|install_xla|are_libraries_initialized|check_cuda_p2p_ib_support"
+        r"|get_gpu_info",
         "internals of Accelerate's launcher; accel-launch builds workers through accel_state.contract",
     ),
     (

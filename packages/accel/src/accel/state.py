@@ -102,6 +102,7 @@ class AcceleratorState:
                 mode=contract.dynamo_mode,  # type: ignore[arg-type]
                 fullgraph=contract.dynamo_use_fullgraph,
                 dynamic=contract.dynamo_use_dynamic,
+                use_regional_compilation=contract.dynamo_use_regional_compilation,
             ),
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,

@@ -181,6 +181,20 @@ _FROM_IMPORTS = [
     "is_habana_gaudi1",
 ]
 
+#: Accelerate's launch helpers (accel-launch, through the ``accel.utils.launch`` module path).
+_FROM_LAUNCH = [
+    "PrepareForLaunch",
+    "convert_dict_to_env_variables",
+    "get_cpu_distributed_information",
+    "prepare_deepspeed_cmd_env",
+    "prepare_multi_gpu_env",
+    "prepare_sagemager_args_inputs",
+    "prepare_simple_launcher_cmd_env",
+    "prepare_tpu",
+    "purge_accelerate_environment",
+    "set_numa_affinity",
+]
+
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_STATE, "accel_state"),
     **dict.fromkeys(_FROM_OPS, "accel_ops"),
@@ -189,6 +203,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_BIG_MODELING, "accel_ckpt.big_modeling"),
     **_FROM_ACCEL,
     **dict.fromkeys(_FROM_IMPORTS, "accel.utils.imports"),
+    **dict.fromkeys(_FROM_LAUNCH, "accel.utils.launch"),
 }
 
 __all__ = sorted(_EXPORTS)

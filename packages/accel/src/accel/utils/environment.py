@@ -9,9 +9,22 @@ from accel.utils.other import (
     parse_choice_from_env,
     parse_flag_from_env,
 )
+from accel_launch.affinity import (
+    CPUInformation,
+    get_cpu_distributed_information,
+    override_numa_affinity,
+    set_numa_affinity,
+)
+from accel_launch.environment import convert_dict_to_env_variables, purge_accelerate_environment
 from accel_state import patch_environment, str_to_bool
 
 __all__ = [
+    "CPUInformation",
+    "convert_dict_to_env_variables",
+    "get_cpu_distributed_information",
+    "override_numa_affinity",
+    "purge_accelerate_environment",
+    "set_numa_affinity",
     "check_os_kernel",
     "clear_environment",
     "get_int_from_env",
