@@ -236,6 +236,15 @@ def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]
     return sizes[""], largest
 
 
+def _offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
+    """The hook that brings ``module``'s offloaded weights in (alone or in a SequentialHook)."""
+    hook = getattr(module, "_hf_hook", None)
+    for candidate in getattr(hook, "hooks", [hook]):
+        if isinstance(candidate, AlignDevicesHook) and candidate.offload:
+            return candidate
+    return None
+
+
 @contextlib.contextmanager
 def align_module_device(
     module: nn.Module, execution_device: torch.device | None = None
@@ -246,8 +255,8 @@ def align_module_device(
     offloaded again after; otherwise with ``execution_device`` the module's own parameters move
     there and back. Without either nothing happens.
     """
-    hook = getattr(module, "_hf_hook", None)
-    if isinstance(hook, AlignDevicesHook) and hook.offload:
+    hook = _offloading_hook(module)
+    if hook is not None:
         original = hook.execution_device
         if execution_device is not None:
             hook.execution_device = torch.device(execution_device)
@@ -258,14 +267,14 @@ def align_module_device(
             hook.post_forward(module, None)
             hook.execution_device = original
     elif execution_device is not None:
-        devices = {name: param.device for name, param in module.named_parameters(recurse=False)}
+        originals = {name: param.detach() for name, param in module.named_parameters(recurse=False)}
         try:
-            for name in devices:
+            for name in originals:
                 set_module_tensor_to_device(module, name, execution_device)
             yield
         finally:
-            for name, device in devices.items():
-                set_module_tensor_to_device(module, name, device)
+            for name, kept in originals.items():
+                set_module_tensor_to_device(module, name, kept.device, value=kept)
     else:
         yield
 

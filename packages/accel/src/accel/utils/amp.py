@@ -55,6 +55,7 @@ def get_grad_scaler(distributed_type: DistributedType | None = None, **kwargs: A
     if distributed_type == DistributedType.FSDP:
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+        kwargs.setdefault("device", get_current_device_type()[0])
         return ShardedGradScaler(**kwargs)
     device_type, _ = get_current_device_type()
     if device_type == "cpu" and torch.backends.mps.is_available():
