@@ -51,6 +51,7 @@ def test_fsdp2_prepare_switch_load_full_and_activation_checkpointing(launched):
     for rank in launched:
         assert rank["fsdp2"] == {
             "is_fsdp_module": True,
+            "has_dtensor": True,
             "optimizer_holds_shards": True,
             "full_state_loaded": True,
             "ac_wrapped": True,

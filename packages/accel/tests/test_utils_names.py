@@ -188,3 +188,84 @@ def test_is_peft_model_false_for_plain_modules():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert is_peft_model(torch.nn.Linear(2, 2)) is False
+
+
+def test_gpu_facts_without_cuda_initialisation(monkeypatch):
+    from accel.utils import are_libraries_initialized, check_cuda_p2p_ib_support, get_gpu_info
+
+    assert are_libraries_initialized("torch", "surely_not_imported_here") == ["torch"]
+    monkeypatch.setenv("PATH", "")  # the environment: no NVIDIA driver tools
+    with pytest.raises(FileNotFoundError, match="nvidia-smi"):
+        get_gpu_info()
+    assert check_cuda_p2p_ib_support() is True
+
+
+def test_install_xla_refuses_naming_the_command():
+    from accel.errors import UnsupportedFeatureError
+    from accel.utils import install_xla
+
+    with pytest.raises(UnsupportedFeatureError, match=r"pip install -U torch && pip install"):
+        install_xla(upgrade=True)
+
+
+def test_get_model_tp_size_reads_transformers_attributes():
+    from types import SimpleNamespace
+
+    from accel.utils import get_model_tp_size, model_has_dtensor
+
+    model = torch.nn.Linear(2, 2)
+    assert get_model_tp_size(model) is None and not model_has_dtensor(model)
+    model.tp_size = 4
+    assert get_model_tp_size(model) == 4
+    other = torch.nn.Linear(2, 2)
+    other.config = SimpleNamespace(distributed_config={"tp_size": 2})
+    assert get_model_tp_size(other) == 2
+
+
+def test_requirement_decorators(monkeypatch, accelerator):
+    from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+    from accel.utils import deepspeed_required, requirements, torchao_required
+
+    @deepspeed_required
+    def needs_deepspeed() -> str:
+        return "ran"
+
+    with pytest.raises(AcceleratorConfigError, match="needs_deepspeed needs DeepSpeed"):
+        needs_deepspeed()
+
+    @torchao_required
+    def needs_torchao() -> str:
+        return "ran"
+
+    monkeypatch.setattr(requirements, "is_torchao_available", lambda: False)
+    with pytest.raises(UnsupportedFeatureError, match=r"accel\[fp8\]"):
+        needs_torchao()
+    monkeypatch.setattr(requirements, "is_torchao_available", lambda: True)
+    assert needs_torchao() == "ran"
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("MegatronLMPlugin", ()),
+        ("MegatronLMDummyScheduler", (None,)),
+        ("GPTTrainStep", (None, None)),
+        ("avg_losses_across_data_parallel_group", ([],)),
+        ("prepare_sagemager_args_inputs", (None, None)),
+    ],
+)
+def test_megatron_and_sagemaker_names_refuse_with_the_reason(name, args):
+    from accel.errors import UnsupportedFeatureError
+
+    with pytest.raises(UnsupportedFeatureError, match=r"Megatron-LM|SageMaker"):
+        getattr(accel.utils, name)(*args)
+
+
+def test_sagemaker_enum_has_accelerates_members():
+    from accel.utils import SageMakerDistributedType
+
+    assert [member.value for member in SageMakerDistributedType] == [
+        "NO",
+        "DATA_PARALLEL",
+        "MODEL_PARALLEL",
+    ]

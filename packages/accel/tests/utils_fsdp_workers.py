@@ -22,6 +22,7 @@ from accel.utils import (
     fsdp2_switch_optimizer_parameters,
     load_fsdp_model,
     load_fsdp_optimizer,
+    model_has_dtensor,
     save_fsdp_model,
     save_fsdp_optimizer,
 )
@@ -122,6 +123,7 @@ def _fsdp2_helpers() -> dict[str, Any]:
     names = dict(plain.named_parameters())
     return {
         "is_fsdp_module": isinstance(sharded, FSDPModule),
+        "has_dtensor": model_has_dtensor(sharded) and not model_has_dtensor(plain),
         "optimizer_holds_shards": len(in_optimizer) == len(mapping)
         and all(isinstance(p, DTensor) for p in in_optimizer)
         and {id(p) for p in in_optimizer} == {id(p) for p in sharded.parameters()},

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from accel.utils.amp import get_current_device_type
+from accel.utils.gpu_info import (
+    are_libraries_initialized,
+    check_cuda_p2p_ib_support,
+    get_gpu_info,
+)
 from accel.utils.other import (
     check_os_kernel,
     clear_environment,
@@ -12,6 +18,10 @@ from accel.utils.other import (
 from accel_state import patch_environment, str_to_bool
 
 __all__ = [
+    "are_libraries_initialized",
+    "check_cuda_p2p_ib_support",
+    "get_current_device_type",
+    "get_gpu_info",
     "check_os_kernel",
     "clear_environment",
     "get_int_from_env",
