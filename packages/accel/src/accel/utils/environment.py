@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from accel.utils.amp import get_current_device_type
+from accel.utils.gpu_info import (
+    are_libraries_initialized,
+    check_cuda_p2p_ib_support,
+    get_gpu_info,
+)
 from accel.utils.other import (
     check_os_kernel,
     clear_environment,
@@ -25,6 +31,10 @@ __all__ = [
     "override_numa_affinity",
     "purge_accelerate_environment",
     "set_numa_affinity",
+    "are_libraries_initialized",
+    "check_cuda_p2p_ib_support",
+    "get_current_device_type",
+    "get_gpu_info",
     "check_os_kernel",
     "clear_environment",
     "get_int_from_env",
