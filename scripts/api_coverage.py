@@ -155,10 +155,6 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
         "refuses with UnsupportedFeatureError naming the pip command (Accelerate's fetched a "
         "Colab wheel for Python 3.7 that no longer exists)",
     ),
-    ("accelerate.utils", "prepare_sagemager_args_inputs"): (
-        "differs",
-        "refuses with UnsupportedFeatureError: Amazon SageMaker is a service accel does not target",
-    ),
     ("accelerate.utils", "MODEL_NAME"): (
         "differs",
         "the constants have Accelerate's values and accel-ckpt uses the same stems (model, "

@@ -251,13 +251,12 @@ def test_requirement_decorators(monkeypatch, accelerator):
         ("MegatronLMDummyScheduler", (None,)),
         ("GPTTrainStep", (None, None)),
         ("avg_losses_across_data_parallel_group", ([],)),
-        ("prepare_sagemager_args_inputs", (None, None)),
     ],
 )
-def test_megatron_and_sagemaker_names_refuse_with_the_reason(name, args):
+def test_megatron_names_refuse_with_the_reason(name, args):
     from accel.errors import UnsupportedFeatureError
 
-    with pytest.raises(UnsupportedFeatureError, match=r"Megatron-LM|SageMaker"):
+    with pytest.raises(UnsupportedFeatureError, match="Megatron-LM"):
         getattr(accel.utils, name)(*args)
 
 

@@ -192,7 +192,6 @@ _FROM_ACCEL = {
         "accel.utils.megatron_lm",
     ),
     "SageMakerDistributedType": "accel.utils.sagemaker",
-    "prepare_sagemager_args_inputs": "accel.utils.sagemaker",
     "model_has_dtensor": "accel.utils.parallel_info",
     "get_model_tp_size": "accel.utils.parallel_info",
     "torchao_required": "accel.utils.requirements",
