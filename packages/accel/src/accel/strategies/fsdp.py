@@ -11,7 +11,7 @@ import atexit
 import contextlib
 import functools
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -89,13 +89,22 @@ class FSDPStrategy(ModelStrategy):
             wrapped = self._fully_shard(model, layers)
         else:
             wrapped = self._fsdp1(model, layers)
+        self._adopt(wrapped, before)
+        return wrapped
+
+    def _adopt(self, wrapped: torch.nn.Module, before: Mapping[str, torch.nn.Parameter]) -> None:
+        """Track a model this strategy wrapped: its parameters' moves, its root, its exit hook.
+
+        Args:
+            wrapped: The model as :meth:`wrap` returns it.
+            before: Its parameters by clean name, taken before wrapping (the user's objects).
+        """
         for name, parameter in wrapped.named_parameters():
             old = before.get(clean_name(name))
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(wrapped))
         release_at_exit(wrapped)
-        return wrapped
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
         from torch.distributed.fsdp import FSDPModule

@@ -22,7 +22,6 @@ and gradient clipping takes the norm over every mesh dimension.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +35,6 @@ from accel.strategies.fsdp import (
     _broadcast_from_rank0,
     _checkpoint_activations,
     clean_name,
-    release_at_exit,
 )
 from accel.strategies.tensor_parallel import TensorParallel, is_split
 from accel_state import PartialState
@@ -95,12 +93,7 @@ class MeshStrategy(FSDPStrategy):
             compile_model(model, plugin)
         if self.mesh is not None:
             model = self._fully_shard(model, layers)
-        for name, parameter in model.named_parameters():
-            old = before.get(clean_name(name))
-            if old is not None and old is not parameter:
-                self._moves[id(old)] = (weakref.ref(old), parameter)
-        self._roots.append(weakref.ref(model))
-        release_at_exit(model)
+        self._adopt(model, before)
         return model
 
     def compile(self, model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
