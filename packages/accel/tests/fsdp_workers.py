@@ -136,7 +136,7 @@ def train(
         "norms": norms,
         "local": local,
         "total": total,
-        "type": str(accelerator.distributed_type),
+        "type": accelerator.distributed_type.value,
         "model": model,
         "optimizer": optimizer,
     }

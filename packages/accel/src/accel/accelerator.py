@@ -908,6 +908,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
             if tracker.main_process_only and not self.is_main_process:
                 continue
             self.trackers.append(tracker)
+            tracker.start()
             if config is not None:
                 tracker.store_init_configuration(config)
 
