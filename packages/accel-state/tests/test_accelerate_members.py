@@ -60,3 +60,12 @@ def test_members_on_two_processes():
     assert [r["repr_type"] for r in results] == ["DistributedType.MULTI_CPU"] * 2
     assert [r["value"] for r in results] == ["MULTI_CPU"] * 2
     assert [r["default_device"] for r in results] == ["cpu"] * 2
+
+
+def test_str_to_bool_returns_an_int_unless_to_bool():
+    from accel_state import str_to_bool
+
+    assert str_to_bool("yes") == 1 and type(str_to_bool("yes")) is int
+    assert str_to_bool("off") == 0 and type(str_to_bool("off")) is int
+    assert str_to_bool("True", to_bool=True) is True
+    assert str_to_bool("0", to_bool=True) is False

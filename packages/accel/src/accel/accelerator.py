@@ -467,7 +467,10 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         return self._remember(scheduler, prepared)  # type: ignore[no-any-return]
 
     def prepare_data_loader(
-        self, data_loader: torch.utils.data.DataLoader[Any], device_placement: bool | None = None
+        self,
+        data_loader: torch.utils.data.DataLoader[Any],
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
     ) -> Any:
         """Shard ``data_loader`` across processes (see :func:`accel_data.prepare_data_loader`)."""
         existing = self._already_prepared(data_loader)
@@ -485,6 +488,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
             rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch,
             use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,
