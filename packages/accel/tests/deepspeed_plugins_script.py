@@ -60,7 +60,11 @@ def main() -> None:
     data = TensorDataset(torch.randn(64, 4))
     loader = DataLoader(data, batch_size=BATCH, shuffle=False)
     optimizer = torch.optim.AdamW(student.parameters(), lr=0.05)
-    student, optimizer, loader = accelerator.prepare(student, optimizer, loader)
+    eval_loader = DataLoader(data, batch_size=BATCH // 2)
+    # is_train_batch_min (default True): "auto" micro batch = the smaller loader's (2, not 4).
+    student, optimizer, loader, eval_loader = accelerator.prepare(
+        student, optimizer, loader, eval_loader
+    )
 
     state.select_deepspeed_plugin("inference")
     facts["switched"] = [training.selected, inference.selected]
@@ -84,7 +88,7 @@ def main() -> None:
 
     student.eval()
     with torch.no_grad():
-        (inputs,) = next(iter(loader))
+        (inputs,) = next(iter(eval_loader))
         evaluation = float(torch.nn.functional.mse_loss(student(inputs), teacher(inputs)))
     accelerator.save_state(args.checkpoint)
     saved = {k: v.clone() for k, v in accelerator.unwrap_model(student).state_dict().items()}
@@ -105,7 +109,10 @@ def main() -> None:
             training.deepspeed_config["zero_optimization"]["stage"],
             inference.deepspeed_config["zero_optimization"]["stage"],
         ],
-        "inference_micro_batch": teacher.train_micro_batch_size_per_gpu(),
+        "micro_batches": [
+            student.train_micro_batch_size_per_gpu(),
+            teacher.train_micro_batch_size_per_gpu(),
+        ],
         "restored": all(torch.equal(saved[k], restored[k]) for k in saved),
     }
     if accelerator.is_main_process:
