@@ -288,10 +288,11 @@ def api_coverage(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check over the whole repository."""
+    """ruff lint and format check over the whole repository; no import cycles between modules."""
     session.install("-c", CONSTRAINTS["cpu"], "ruff")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
+    session.run("python", str(ROOT / "scripts" / "import_cycles.py"))
 
 
 @nox.session(tags=["ci"])

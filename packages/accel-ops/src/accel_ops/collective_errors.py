@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from accel_ops.errors import AccelOpsError, CollectiveFailedError, CollectiveTimeoutError
-from accel_ops.records import FAILED, TIMED_OUT, CollectiveRecord, describe_position, records
 from accel_state.failures import is_secondary_failure
+
+if TYPE_CHECKING:  # records calls explain(); the records themselves come in as arguments
+    from accel_ops.records import CollectiveRecord
 
 #: How long a rank that timed out waits for the others to post where they are.
 PEER_WAIT_SECONDS = 5.0
@@ -57,30 +60,41 @@ def _is_distributed_error(error: BaseException) -> bool:
     return bool(_TIMEOUT.search(text)) or is_secondary_failure(text)
 
 
-def explain(error: BaseException, entry: CollectiveRecord) -> BaseException:
+def explain(
+    error: BaseException,
+    entry: CollectiveRecord,
+    history: Callable[[], list[CollectiveRecord]],
+    where: Callable[[], str],
+) -> BaseException:
     """The error to raise for ``error``, raised inside the collective ``entry``.
 
     Marks ``entry`` timed out or failed. Returns ``error`` itself when it is not a distributed
     failure (or already one of accel-ops' errors).
+
+    Args:
+        error: What the collective raised.
+        entry: Its record.
+        history: This process's records, oldest first (for "previous collectives").
+        where: This process's position line, as the other ranks will read it.
     """
-    entry.state = FAILED
+    entry.mark_failed()
     if isinstance(error, AccelOpsError) or not _is_distributed_error(error):
         return error
     rank, world_size = _rank_and_size()
     waited = time.monotonic() - entry.started
     backend_says = _first_line(str(error))
     if _TIMEOUT.search(str(error)) or _peer_timed_out_first(waited):
-        entry.state = TIMED_OUT
-        positions = exchange_positions(rank, world_size, describe_position())
+        entry.mark_timed_out()
+        positions = exchange_positions(rank, world_size, where())
         return CollectiveTimeoutError(
-            _timeout_message(entry, rank, world_size, waited, positions, backend_says),
+            _timeout_message(entry, rank, world_size, waited, positions, backend_says, history),
             operation=entry.op,
             descriptions=[positions.get(other, "") for other in range(world_size)],
         )
     return CollectiveFailedError(
         f"{entry.op} #{entry.seq} (called at {entry.site}) failed on rank {rank} of "
         f"{world_size} after {waited:.1f} s: another process left the job (it failed or was "
-        f"stopped; its own error explains why). {_recent(entry)} [{backend_says}]",
+        f"stopped; its own error explains why). {_recent(entry, history)} [{backend_says}]",
         operation=entry.op,
     )
 
@@ -92,6 +106,7 @@ def _timeout_message(
     waited: float,
     positions: dict[int, str],
     backend_says: str,
+    history: Callable[[], list[CollectiveRecord]],
 ) -> str:
     lines = [
         f"{entry.op} #{entry.seq} (called at {entry.site}) timed out on rank {rank} of "
@@ -116,13 +131,15 @@ def _timeout_message(
         "different numbers of batches. A slow step (compilation, saving) needs a longer "
         "timeout: InitProcessGroupKwargs(timeout=...) or accel launch --collective_timeout."
     )
-    lines.append(_recent(entry))
+    lines.append(_recent(entry, history))
     lines.append(f"[backend: {_without_transport_phrases(backend_says)}]")
     return "\n".join(lines)
 
 
-def _recent(entry: CollectiveRecord, count: int = 3) -> str:
-    earlier = [other for other in records() if other.seq < entry.seq][-count:]
+def _recent(
+    entry: CollectiveRecord, history: Callable[[], list[CollectiveRecord]], count: int = 3
+) -> str:
+    earlier = [other for other in history() if other.seq < entry.seq][-count:]
     if not earlier:
         return "It is the first collective this process entered."
     listed = ", ".join(f"{other.describe()} {other.state}" for other in earlier)

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from accel_ops.collective_errors import explain
 from accel_state.failures import register_reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -123,6 +124,14 @@ class CollectiveRecord:
         if self.shape is not None and self.dtype is not None:
             return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)}"
         return self.kind or ""
+
+    def mark_failed(self) -> None:
+        """The collective raised (a timeout report refines this with :meth:`mark_timed_out`)."""
+        self.state = FAILED
+
+    def mark_timed_out(self) -> None:
+        """The collective timed out waiting for the other processes."""
+        self.state = TIMED_OUT
 
     def describe(self) -> str:
         """``gather #57 (train.py:42, float32[4])``, with the phase when known."""
@@ -308,9 +317,7 @@ def record(
 
 def _raise_explained(error: BaseException, entry: CollectiveRecord) -> None:
     """Raise ``error``, or the clearer error :func:`explain` makes of it."""
-    from accel_ops.collective_errors import explain
-
-    explained = explain(error, entry)
+    explained = explain(error, entry, records, describe_position)
     if explained is error:
         raise error
     raise explained from (None if entry.state == TIMED_OUT else error)

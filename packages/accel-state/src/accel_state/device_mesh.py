@@ -18,13 +18,15 @@ import gc
 import math
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from accel_state.errors import ParallelismConfigError
-from accel_state.parallelism_config import ParallelismConfig
 from accel_state.shared import shared_dict
+
+if TYPE_CHECKING:  # the config builds meshes through this module, not the other way round
+    from accel_state.parallelism_config import ParallelismConfig
 
 _ACTIVE = shared_dict("ParallelMesh")
 #: Every mesh built in this process, for the exit hook (see :func:`_release_at_exit`).

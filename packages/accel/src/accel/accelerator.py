@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import torch
 
-import accel_ops
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.fault_tolerance import FaultTolerance
@@ -35,14 +34,14 @@ from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
 from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
-from accel.tracking import GeneralTracker, resolve_trackers, tracker_class
+from accel.trackers_mixin import TrackersMixin
+from accel.tracking import GeneralTracker, resolve_trackers
+from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
-from accel.uneven_inputs import join_uneven_inputs, trigger_sync_in_backward
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
-from accel_ops.records import record as record_collective
-from accel_state import DistributedType, GradientState, reset_state
+from accel_state import GradientState
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -58,7 +57,9 @@ _HANDLER_TYPES = (
 )
 
 
-class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
+class Accelerator(
+    CheckpointingMixin, FP8AttributesMixin, ParallelismMixin, TrainingStepMixin, TrackersMixin
+):
     """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
 
     Args:
@@ -229,111 +230,6 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial)
 
-    # ------------------------------------------------------------------ facts about the job
-    @property
-    def device(self) -> torch.device:
-        """The device of this process."""
-        return self.state.device
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """The job's distributed mode."""
-        return self.state.distributed_type
-
-    @property
-    def num_processes(self) -> int:
-        """Number of processes in the job."""
-        return self.state.partial.num_processes
-
-    @property
-    def process_index(self) -> int:
-        """Global rank of this process."""
-        return self.state.partial.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank of this process on its machine."""
-        return self.state.partial.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        """True on global rank 0."""
-        return self.state.partial.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        """True on local rank 0 of each machine."""
-        return self.state.partial.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        """True on the highest global rank."""
-        return self.state.partial.is_last_process
-
-    @property
-    def use_distributed(self) -> bool:
-        """Whether more than one process takes part."""
-        return self.state.partial.use_distributed
-
-    @property
-    def mixed_precision(self) -> str:
-        """The mixed-precision mode (``"no"``, ``"fp16"``, ``"bf16"``...)."""
-        return self.state.mixed_precision.value
-
-    @property
-    def native_amp(self) -> bool:
-        """Whether torch autocast is in use."""
-        return self.precision.autocast_dtype is not None
-
-    @property
-    def split_batches(self) -> bool:
-        """Whether batches are split across processes."""
-        return self.dataloader_config.split_batches
-
-    @property
-    def even_batches(self) -> bool:
-        """Whether the last round of batches is completed by wrapping around."""
-        return self.dataloader_config.even_batches
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        """Whether rank 0 reads batches and dispatches slices."""
-        return self.dataloader_config.dispatch_batches
-
-    @property
-    def project_dir(self) -> str | None:
-        """The project folder, if any."""
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        """Where trackers write: the project configuration's logging_dir (default project_dir)."""
-        return self.project_configuration.logging_dir
-
-    @property
-    def sync_gradients(self) -> bool:
-        """Whether the current micro-step synchronises gradients and steps the optimizer."""
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state.set_sync_gradients(value)
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        """Micro-steps per optimizer step."""
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, steps: int) -> None:
-        GradientAccumulationPlugin(num_steps=steps)  # validates
-        self.gradient_state.plugin_kwargs["num_steps"] = steps
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """Whether any prepared optimizer skipped its last step (fp16 inf/nan gradients)."""
-        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
-
     # ------------------------------------------------------------------ prepare
     def prepare(self, *args: Any, device_placement: Sequence[bool | None] | None = None) -> Any:
         """Prepare models, optimizers, dataloaders and schedulers for this setup.
@@ -497,157 +393,6 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         self._dataloaders.append(prepared)
         return self._remember(data_loader, prepared)
 
-    # ------------------------------------------------------------------ training step
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Use instead of ``loss.backward()``: divides by the accumulation steps, scales under fp16."""
-        steps = self.gradient_accumulation_steps
-        if steps != 1 and not self.strategy.engine_divides_loss:  # no extra node when 1
-            loss = loss / steps
-        with self.fault_tolerance.backward(loss):
-            self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
-
-    def _do_sync(self) -> None:
-        if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
-            self.step = 0
-            self.gradient_state.set_sync_gradients(True)
-        else:
-            self.step += 1
-            self.gradient_state.set_sync_gradients(self.step % self.gradient_state.num_steps == 0)
-
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
-        """Context for one micro-step: synchronise and step only every N-th time or at the end.
-
-        Inside it, prepared optimizers step (and zero their gradients) only on synchronisation
-        steps, and DDP skips its all-reduce on the other micro-steps.
-        """
-        self._do_sync()
-        allow_sync = self.sync_gradients or (
-            self.use_distributed and self.gradient_state.sync_each_batch
-        )
-        with contextlib.ExitStack() as stack:
-            if not allow_sync:
-                for model in models:
-                    stack.enter_context(self.no_sync(model))
-            yield
-
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-        """Context manager in which backward passes of ``model`` do not synchronise gradients."""
-        return self.strategy.no_sync(model)
-
-    def autocast(
-        self, autocast_handler: AutocastKwargs | None = None
-    ) -> contextlib.AbstractContextManager[Any]:
-        """Run the block in the Accelerator's mixed precision (e.g. a loss outside the model)."""
-        return self.precision.autocast(autocast_handler or self.autocast_handler)
-
-    def unscale_gradients(
-        self, optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None
-    ) -> None:
-        """Divide gradients by the fp16 loss scale (once per step; a no-op in other precisions)."""
-        if optimizer is None:
-            optimizers: Sequence[torch.optim.Optimizer] = self._optimizers
-        elif isinstance(optimizer, torch.optim.Optimizer):
-            optimizers = [optimizer]
-        else:
-            optimizers = optimizer
-        for opt in optimizers:
-            self.precision.unscale_(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
-
-    def _gradient_scale(self) -> float:
-        """Factor the gradients carry now: 1 once unscaled, the fp16 loss scale otherwise.
-
-        On a synchronising step the gradients are completed (XLA) and unscaled here, once per
-        step. On an accumulation micro-step they stay scaled: unscaling a partial gradient would
-        mix unscaled and scaled values when the next micro-step adds to it.
-        """
-        if not self.sync_gradients:
-            return self.precision.gradient_scale()
-        for optimizer in self._optimizers:
-            self.strategy.before_clipping(optimizer.optimizer)
-        self.unscale_gradients()
-        return 1.0
-
-    def clip_grad_norm_(
-        self, parameters: Any, max_norm: float, norm_type: float = 2.0
-    ) -> torch.Tensor:
-        """Clip the gradient norm of ``parameters`` to ``max_norm``; returns the norm before.
-
-        Clips on every call, as Accelerate does. On a synchronising step that is the full
-        gradient (unscaled first under fp16); on an accumulation micro-step it is the gradient
-        accumulated so far on this process (under fp16 the norm is computed and clipped on the
-        still-scaled gradient, and returned unscaled).
-        """
-        tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
-        engine_norm = self.strategy.engine_clip_grad_norm_(max_norm)
-        if engine_norm is not None:
-            return engine_norm
-        scale = self._gradient_scale()
-        norm = self.strategy.clip_grad_norm_(tensors, max_norm * scale, norm_type=norm_type)
-        return norm if scale == 1.0 else norm / scale
-
-    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
-        """Clamp every gradient of ``parameters`` to ``[-clip_value, clip_value]``, on every call.
-
-        Gradients are unscaled first on synchronising steps under fp16; on micro-steps the
-        bound is applied to the still-scaled gradient (``clip_value`` times the loss scale).
-        """
-        tensors = self.strategy.resolve_parameters(_parameter_list(parameters))
-        if self.strategy.clip_grad_value_(clip_value):
-            return
-        bound = clip_value * self._gradient_scale()
-        with_gradients = [tensor for tensor in tensors if tensor.grad is not None]
-        if with_gradients:  # torch 2.13's foreach clamp raises on an empty list
-            torch.nn.utils.clip_grad_value_(with_gradients, bound)
-
-    # ------------------------------------------------------------------ collectives
-    def gather(self, tensor: Any) -> Any:
-        """Concatenate ``tensor`` (or a nested structure of tensors) from every process on dim 0."""
-        return accel_ops.gather(tensor)
-
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather for evaluation, dropping the samples duplicated to even out the last batch.
-
-        Args:
-            input_data: Tensors (nested) or any picklable objects.
-            use_gather_object: Gather as Python objects even if every leaf is a tensor.
-        """
-        try:
-            accel_ops.recursively_apply(lambda tensor: tensor, input_data, error_on_other_type=True)
-            all_tensors = True
-        except TypeError:
-            all_tensors = False
-        as_objects = use_gather_object or not all_tensors
-        # Over the data-parallel ranks only: ranks of one tensor/context-parallel group hold
-        # the same samples.
-        partial = self.state.partial
-        if partial.data_parallel_size == 1:
-            data = input_data
-        else:
-            group = partial.data_parallel_group
-            gather = accel_ops.gather_object if as_objects else accel_ops.gather
-            data = gather(input_data, process_group=group)
-        remainder = self.gradient_state.remainder
-        if not self.gradient_state.end_of_dataloader or remainder <= 0:
-            return data
-        if as_objects:
-            return data[:remainder]
-        return accel_ops.recursively_apply(lambda tensor: tensor[:remainder], data)
-
-    def reduce(
-        self, tensor: Any, reduction: accel_ops.collectives.Reduction = "sum", scale: float = 1.0
-    ) -> Any:
-        """Reduce ``tensor`` across processes (``"sum"``, ``"mean"``, ``"max"`` or ``"none"``)."""
-        return accel_ops.reduce(tensor, reduction=reduction, scale=scale)
-
-    def pad_across_processes(
-        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
-    ) -> Any:
-        """Pad ``tensor`` on ``dim`` to the largest size across processes."""
-        return accel_ops.pad_across_processes(
-            tensor, dim=dim, pad_index=pad_index, pad_first=pad_first
-        )
-
     # ------------------------------------------------------------------ models
     def unwrap_model(
         self,
@@ -675,67 +420,6 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         return self.unwrap_model(model, keep_torch_compile=False)
 
     # ------------------------------------------------------------------ process control
-    def wait_for_everyone(self) -> None:
-        """Block until every process reaches this call."""
-        with record_collective("wait_for_everyone"):
-            self.state.partial.wait_for_everyone()
-
-    @property
-    def restart_count(self) -> int:
-        """How many times ``accel launch --max_restarts`` (torch elastic) restarted the workers."""
-        return self.fault_tolerance.restart_count
-
-    @property
-    def should_stop(self) -> bool:
-        """Collective: True on every process, at the same step, once any process got SIGTERM.
-
-        Read it once per step on every process; when True, ``save_state()`` and leave the loop:
-        ``accel launch`` then exits with status 75, which asks the scheduler to requeue the job.
-        The first read installs the SIGTERM handler (see :mod:`accel.fault_tolerance`).
-        """
-        return self.fault_tolerance.should_stop()
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine."""
-        self.state.partial.print(*args, **kwargs)
-
-    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        """The main process runs the block first, then the others."""
-        return self.state.partial.main_process_first()
-
-    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        """Each machine's local main process runs the block first."""
-        return self.state.partial.local_main_process_first()
-
-    def on_main_process(self, function: F) -> F:
-        """Decorator: run ``function`` on the main process only."""
-        return self.state.partial.on_main_process(function)
-
-    def on_local_main_process(self, function: F) -> F:
-        """Decorator: run ``function`` on each machine's local main process only."""
-        return self.state.partial.on_local_main_process(function)
-
-    def on_last_process(self, function: F) -> F:
-        """Decorator: run ``function`` on the last process only."""
-        return self.state.partial.on_last_process(function)
-
-    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
-        """Decorator: run ``function`` on global rank ``process_index`` only."""
-        return self.state.partial.on_process(function, process_index=process_index)
-
-    def on_local_process(
-        self, function: F | None = None, local_process_index: int | None = None
-    ) -> Any:
-        """Decorator: run ``function`` on local rank ``local_process_index`` only."""
-        return self.state.partial.on_local_process(
-            function, local_process_index=local_process_index
-        )
-
-    def split_between_processes(
-        self, inputs: T, apply_padding: bool = False
-    ) -> contextlib.AbstractContextManager[T]:
-        """Give each process a contiguous share of ``inputs``."""
-        return self.state.partial.split_between_processes(inputs, apply_padding=apply_padding)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A dataloader that skips its first ``num_batches`` batches (for mid-epoch resume)."""
@@ -761,34 +445,7 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         """Alias of :meth:`free_memory`."""
         return self.free_memory(*objects)
 
-    # ------------------------------------------------------------------ uneven inputs, triggers, profiling
-    def join_uneven_inputs(
-        self, joinables: Sequence[Any], even_batches: bool | None = None
-    ) -> contextlib.AbstractContextManager[None]:
-        """Train on uneven inputs: processes out of batches shadow the others' collectives.
-
-        Args:
-            joinables: Prepared DDP models (and other ``Joinable`` objects, e.g. a
-                ``ZeroRedundancyOptimizer``) used inside the block.
-            even_batches: Override the prepared dataloaders' ``even_batches`` inside the block.
-        """
-        return join_uneven_inputs(
-            self.distributed_type, self._dataloaders, joinables, even_batches, self.even_batches
-        )
-
-    def trigger_sync_in_backward(
-        self, model: torch.nn.Module
-    ) -> contextlib.AbstractContextManager[None]:
-        """Force the next backward pass of ``model`` to synchronise gradients (even in ``no_sync``)."""
-        return trigger_sync_in_backward(model, self.use_distributed)
-
-    def set_trigger(self) -> None:
-        """Raise this process's flag; the next :meth:`check_trigger` is then True everywhere."""
-        self._trigger.set()
-
-    def check_trigger(self) -> bool:
-        """Collective: True on every process when any process called :meth:`set_trigger`."""
-        return self._trigger.check()
+    # ------------------------------------------------------------------ profiling
 
     @contextlib.contextmanager
     def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
@@ -812,50 +469,9 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         self.wait_for_everyone()
 
     @property
-    def multi_device(self) -> bool:
-        """Whether several accelerators take part (multi-process GPU, XPU, NPU... but not CPU)."""
-        kind = self.distributed_type
-        return (
-            self.use_distributed and kind.value.startswith("MULTI_") and kind.value != "MULTI_CPU"
-        )
-
-    @property
-    def non_blocking(self) -> bool:
-        """``DataLoaderConfiguration.non_blocking``: asynchronous host-to-device batch copies."""
-        return bool(self.dataloader_config.non_blocking)
-
-    @property
-    def use_seedable_sampler(self) -> bool:
-        """``DataLoaderConfiguration.use_seedable_sampler``."""
-        return bool(self.dataloader_config.use_seedable_sampler)
-
-    @property
-    def use_stateful_dataloader(self) -> bool:
-        """``DataLoaderConfiguration.use_stateful_dataloader``."""
-        return bool(self.dataloader_config.use_stateful_dataloader)
-
-    @property
-    def save_iteration(self) -> int:
-        """Number of the next automatically named checkpoint (``checkpoint_<n>``)."""
-        return self.project_configuration.iteration
-
-    @property
-    def should_save_model(self) -> bool:
-        """Whether this process writes the model: the local main process (weights are gathered first)."""
-        return self.is_local_main_process
-
-    @property
     def deepspeed_plugin(self) -> Any:
         """The :class:`~accel.DeepSpeedPlugin` in effect (with its resolved config), else ``None``."""
         return self.state._shared_state.get("deepspeed_plugin")
-
-    @property
-    def is_fsdp2(self) -> bool:
-        """Whether models are sharded with FSDP2 (``fully_shard``)."""
-        settings = getattr(self.strategy, "fsdp", None)
-        return self.distributed_type is DistributedType.FSDP and (
-            getattr(settings, "fsdp_version", None) == 2
-        )
 
     def verify_device_map(self, model: torch.nn.Module) -> bool:
         """Whether ``model`` (or a submodule) was dispatched over several devices by a device map.
@@ -873,83 +489,6 @@ class Accelerator(CheckpointingMixin, FP8AttributesMixin, ParallelismMixin):
         if not self.state.initialized:
             raise state_reset_error("mixed_precision")
 
-    # ------------------------------------------------------------------ experiment tracking
-    def init_trackers(
-        self,
-        project_name: str,
-        config: dict[str, Any] | None = None,
-        init_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        """Start the trackers given in ``log_with`` (main process only) and record ``config``.
-
-        Args:
-            project_name: Run name; file-based trackers write under ``logging_dir/project_name``.
-            config: Hyper-parameters to store.
-            init_kwargs: Per-tracker keyword arguments, keyed by tracker name.
-
-        Raises:
-            AcceleratorConfigError: A file-based tracker without ``project_dir``/``logging_dir``.
-        """
-        init_kwargs = init_kwargs or {}
-        self.trackers = []
-        for entry in self.log_with:
-            if isinstance(entry, GeneralTracker):
-                tracker = entry
-            elif self.is_main_process:
-                built_in: Any = tracker_class(entry)
-                kwargs = init_kwargs.get(entry, {})
-                if not built_in.requires_logging_directory:
-                    tracker = built_in(project_name, **kwargs)
-                elif self.logging_dir is None:
-                    raise AcceleratorConfigError(
-                        f"log_with={entry!r} writes files: pass project_dir=... or "
-                        "project_config=ProjectConfiguration(logging_dir=...) to the Accelerator."
-                    )
-                else:
-                    tracker = built_in(project_name, self.logging_dir, **kwargs)
-            else:
-                continue
-            if tracker.main_process_only and not self.is_main_process:
-                continue
-            self.trackers.append(tracker)
-            tracker.start()
-            if config is not None:
-                tracker.store_init_configuration(config)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker called ``name`` (its underlying object with ``unwrap=True``).
-
-        Raises:
-            AcceleratorConfigError: No tracker of that name was started on the main process.
-        """
-        for tracker in self.trackers:
-            if tracker.name == name:
-                return tracker.tracker if unwrap else tracker
-        if not self.is_main_process:
-            return None
-        raise AcceleratorConfigError(
-            f"No tracker named {name!r}; started: {[t.name for t in self.trackers]} (see log_with)."
-        )
-
-    def log(
-        self,
-        values: dict[str, Any],
-        step: int | None = None,
-        log_kwargs: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        """Log ``values`` at ``step`` to every tracker (main process only)."""
-        log_kwargs = log_kwargs or {}
-        for tracker in self.trackers:
-            tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
-
-    def end_training(self) -> None:
-        """End the run: close the trackers, wait for every process, stop the process group."""
-        for tracker in self.trackers:
-            tracker.finish()
-        self.trackers = []
-        self.wait_for_everyone()
-        reset_state()
-
     def __repr__(self) -> str:
         return f"Accelerator(\n{self.state!r})"
 
@@ -961,13 +500,6 @@ def _is_scheduler(obj: Any) -> bool:
         and hasattr(obj, "state_dict")
         and not isinstance(obj, (torch.optim.Optimizer, torch.nn.Module))
     )
-
-
-def _parameter_list(parameters: Any) -> list[torch.Tensor]:
-    """``parameters`` (a tensor or an iterable of tensors, possibly a generator) as a list."""
-    if isinstance(parameters, torch.Tensor):
-        return [parameters]
-    return list(parameters)
 
 
 _UNSUPPORTED_ARGUMENTS = {

@@ -11,6 +11,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from accel.errors import AcceleratorConfigError
+from accel.job_facts import JobFactsMixin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
@@ -31,11 +32,11 @@ def make_project_configuration(
     return config
 
 
-class CheckpointingMixin:
+class CheckpointingMixin(JobFactsMixin):
     """``save_model``, ``save``, ``save_state``, ``load_state`` and registration, for the Accelerator.
 
     The host class provides ``checkpointer``, ``project_configuration``, ``step``, the prepared
-    object lists, ``scaler``, ``unwrap_model`` and ``is_main_process``.
+    object lists, ``scaler`` and ``unwrap_model``; the facts come from :class:`JobFactsMixin`.
     """
 
     checkpointer: Checkpointer
@@ -48,11 +49,6 @@ class CheckpointingMixin:
     _optimizers: list[Any]
     _schedulers: list[Any]
     _dataloaders: list[Any]
-
-    @property
-    def is_main_process(self) -> bool:
-        """Whether this is global rank 0 (the Accelerator overrides this)."""
-        raise NotImplementedError
 
     def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without any wrapper (the Accelerator overrides this)."""

@@ -93,18 +93,3 @@ class DeepSpeedPluginsMixin:
             plugin._unselect()
         chosen.select(_from_accelerator_state=True)
         self._shared_state[ACTIVE_KEY] = chosen
-
-
-def get_active_deepspeed_plugin(state: Any) -> Any:
-    """The selected DeepSpeed plugin of ``state`` (an ``AcceleratorState``).
-
-    Raises:
-        AcceleratorConfigError: The job does not use DeepSpeed.
-    """
-    plugin = state._shared_state.get(ACTIVE_KEY)
-    if plugin is None:
-        raise AcceleratorConfigError(
-            "get_active_deepspeed_plugin(): this Accelerator has no DeepSpeed plugin; pass "
-            "deepspeed_plugin=... or launch with --use_deepspeed."
-        )
-    return plugin

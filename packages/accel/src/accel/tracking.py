@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import csv
 import enum
+import importlib
 import json
 import math
 import numbers
@@ -19,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel.tracker_packages import (
+    UNIMPLEMENTED_TRACKERS,
+    missing_package_error,
+    tracker_package_available,
+    unimplemented_error,
+)
 
 
 class LoggerType(enum.Enum):
@@ -237,8 +244,17 @@ BUILT_IN_TRACKERS: dict[str, type[GeneralTracker]] = {
 }
 
 
-#: Trackers whose package is imported only when they are created (see accel.hosted_trackers).
+#: Trackers whose package is imported only when they are created: name -> class in the module
+#: :data:`HOSTED_TRACKERS_MODULE`, loaded by name (that module builds on this one).
 HOSTED_TRACKERS = {LoggerType.WANDB.value: "WandBTracker", LoggerType.MLFLOW.value: "MLflowTracker"}
+HOSTED_TRACKERS_MODULE = "accel.hosted_trackers"
+
+
+def _hosted_class(class_name: str) -> type[GeneralTracker]:
+    found: type[GeneralTracker] = getattr(
+        importlib.import_module(HOSTED_TRACKERS_MODULE), class_name
+    )
+    return found
 
 
 def tracker_class(name: str) -> type[GeneralTracker]:
@@ -248,19 +264,14 @@ def tracker_class(name: str) -> type[GeneralTracker]:
         KeyError: ``name`` is not a built-in tracker.
     """
     if name in HOSTED_TRACKERS:
-        from accel import hosted_trackers
-
-        found: type[GeneralTracker] = getattr(hosted_trackers, HOSTED_TRACKERS[name])
-        return found
+        return _hosted_class(HOSTED_TRACKERS[name])
     return BUILT_IN_TRACKERS[name]
 
 
 def __getattr__(name: str) -> Any:
     """``accel.tracking.WandBTracker`` and ``MLflowTracker``, as in Accelerate (loaded lazily)."""
     if name in HOSTED_TRACKERS.values():
-        from accel import hosted_trackers
-
-        return getattr(hosted_trackers, name)
+        return _hosted_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -269,8 +280,6 @@ def _available(name: str) -> bool:
     if name == LoggerType.TENSORBOARD.value:
         return tensorboard_available()
     if name in HOSTED_TRACKERS:
-        from accel.hosted_trackers import tracker_package_available
-
         return tracker_package_available(name)
     return True
 
@@ -301,8 +310,6 @@ def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
             resolved.extend(n for n in known if _available(n) and n not in resolved)
             continue
         if name not in known:
-            from accel.hosted_trackers import UNIMPLEMENTED_TRACKERS, unimplemented_error
-
             if name in UNIMPLEMENTED_TRACKERS:
                 raise unimplemented_error(name)
             raise AcceleratorConfigError(
@@ -315,8 +322,6 @@ def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
                     "log_with='tensorboard' needs the tensorboard package: "
                     "pip install 'accel[tensorboard]'."
                 )
-            from accel.hosted_trackers import missing_package_error
-
             raise missing_package_error(name)
         if name not in resolved:
             resolved.append(name)

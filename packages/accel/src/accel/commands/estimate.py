@@ -12,25 +12,11 @@ import json
 import sys
 from typing import Any
 
-from accel.errors import AccelError
+from accel.commands.memory_spec import DTYPE_BYTES, ModelSpecError
 
-#: Bytes per parameter of each dtype the command knows (float16 and bfloat16 share a row size).
-DTYPE_BYTES: dict[str, float] = {
-    "float32": 4.0,
-    "float16": 2.0,
-    "bfloat16": 2.0,
-    "int8": 1.0,
-    "int4": 0.5,
-}
 DEFAULT_DTYPES = ("float32", "float16", "int8", "int4")
-#: Integer dtypes hold quantized weights for inference: no gradients, no optimizer.
-INFERENCE_ONLY = frozenset({"int8", "int4"})
 
 EXAMPLE = "accel estimate-memory torchvision.models:resnet50 --dtypes float32 bfloat16"
-
-
-class ModelSpecError(AccelError, ValueError):
-    """The model to measure cannot be found or built."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

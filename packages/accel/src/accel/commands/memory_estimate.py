@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel.commands.estimate import DTYPE_BYTES, INFERENCE_ONLY, ModelSpecError
+from accel.commands.memory_spec import DTYPE_BYTES, INFERENCE_ONLY, ModelSpecError
 
 
 def _import_module(part: str, spec: str) -> ModuleType:

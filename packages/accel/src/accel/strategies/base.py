@@ -20,8 +20,10 @@ class ModelStrategy:
     """
 
     name = "single process"
-    #: The strategy's engine divides the loss by the accumulation steps itself (DeepSpeed).
-    engine_divides_loss = False
+    #: The strategy's engine owns the gradients (DeepSpeed): it divides the loss by the
+    #: accumulation steps, scales and unscales, and clips at its own setting, so the Accelerator
+    #: leaves all of that to :meth:`backward` and the clipping hooks.
+    engine_owns_gradients = False
     #: The strategy's engine applies mixed precision itself: the Accelerator does not autocast.
     owns_mixed_precision = False
 
@@ -53,17 +55,6 @@ class ModelStrategy:
 
     def free_memory(self) -> None:
         """Forget what the strategy built at ``prepare`` (``Accelerator.free_memory``)."""
-
-    def engine_clip_grad_norm_(self, max_norm: float) -> torch.Tensor | None:
-        """Norm clipping done by an engine that owns the gradients (DeepSpeed); ``None``: none.
-
-        When this returns a norm, :meth:`clip_grad_norm_` is not called.
-        """
-        return None
-
-    def clip_grad_value_(self, clip_value: float) -> bool:
-        """Clip by value the strategy's own way; False: clip the plain way."""
-        return False
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """Return the module inside this strategy's wrapper, or ``None`` if ``model`` is not one."""
@@ -110,8 +101,18 @@ class ModelStrategy:
     def clip_grad_norm_(
         self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
-        """Clip ``parameters``' gradients to ``max_norm``; returns the total norm before clipping."""
+        """Clip ``parameters``' gradients to ``max_norm``; returns the total norm before clipping.
+
+        The one hook for clipping by norm: sharding strategies take the norm over every shard,
+        an engine that owns the gradients clips its own way.
+        """
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
+        """Clamp ``parameters``' gradients to ``[-clip_value, clip_value]`` (the one value hook)."""
+        with_gradients = [tensor for tensor in parameters if tensor.grad is not None]
+        if with_gradients:  # torch 2.13's foreach clamp raises on an empty list
+            torch.nn.utils.clip_grad_value_(with_gradients, clip_value)
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The complete, unsharded weights of a prepared model (call on every process).

@@ -70,7 +70,7 @@ class DeepSpeedStrategy(ModelStrategy):
     """
 
     name = "DeepSpeed"
-    engine_divides_loss = True
+    engine_owns_gradients = True
     owns_mixed_precision = True
 
     def __init__(self, state: PartialState, **settings: Any) -> None:
@@ -267,8 +267,12 @@ class DeepSpeedStrategy(ModelStrategy):
                 self._unzero_norm = _total_norm(engine.module.parameters())
             engine.step()
 
-    def engine_clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+    def clip_grad_norm_(
+        self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
         """The engine clips at its configured ``gradient_clipping``; returns the last global norm.
+
+        ``parameters`` and ``norm_type`` are the engine's: it clips every parameter by the 2-norm.
 
         Raises:
             AcceleratorConfigError: ``max_norm`` differs from the engine's clipping value.
@@ -286,7 +290,7 @@ class DeepSpeedStrategy(ModelStrategy):
             norm = self._unzero_norm
         return torch.as_tensor(float("nan") if norm is None else float(norm))
 
-    def clip_grad_value_(self, clip_value: float) -> bool:
+    def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
         """Not available: the engine owns gradients and clips by norm only.
 
         Raises:

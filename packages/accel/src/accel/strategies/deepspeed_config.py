@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.errors import AcceleratorConfigError
-from accel.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler
+
+if TYPE_CHECKING:  # the plugin calls into this module; here it is only a type
+    from accel.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
 AUTO = "auto"
 DEFAULT_ZERO_STAGE = 2

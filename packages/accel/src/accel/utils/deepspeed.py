@@ -276,8 +276,16 @@ class DummyScheduler:
         self.kwargs = kwargs
 
 
-def get_active_deepspeed_plugin(state: Any) -> Any:
-    """The selected DeepSpeed plugin of ``state`` (see :mod:`accel.deepspeed_plugins`)."""
-    from accel.deepspeed_plugins import get_active_deepspeed_plugin as active
+def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
+    """The selected DeepSpeed plugin of ``state`` (an ``AcceleratorState``; several plugins).
 
-    return active(state)
+    Raises:
+        AcceleratorConfigError: The job does not use DeepSpeed.
+    """
+    plugin = state._shared_state.get("deepspeed_plugin")
+    if not isinstance(plugin, DeepSpeedPlugin):
+        raise AcceleratorConfigError(
+            "get_active_deepspeed_plugin(): this Accelerator has no DeepSpeed plugin; pass "
+            "deepspeed_plugin=... or launch with --use_deepspeed."
+        )
+    return plugin

@@ -1,0 +1,123 @@
+"""Find import cycles between the modules of every package under ``packages/`` (``nox -s lint``).
+
+Every ``import`` and ``from ... import`` counts, at module level or inside a function, except those
+under ``if TYPE_CHECKING:`` (types only, never executed). A module importing its own parent package
+(``accel.x`` importing from ``accel``) is not counted: a package's ``__init__`` re-exports its
+modules by design. Prints each cycle (a strongly connected group of modules) and exits 1 when
+there is one::
+
+    python scripts/import_cycles.py
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_files(root: Path = ROOT / "packages") -> dict[str, Path]:
+    """Dotted module name -> file, for every module of every package's ``src`` folder."""
+    modules: dict[str, Path] = {}
+    for source in sorted(root.glob("*/src")):
+        for path in sorted(source.rglob("*.py")):
+            parts = list(path.relative_to(source).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run (``if TYPE_CHECKING:`` bodies skipped)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for other in node.orelse:
+                yield from _imports(other)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _imports(node)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, name: str, is_package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = name.split(".") if is_package else name.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([base] if base else [])])
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports (parents of itself excluded)."""
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node in _imports(tree):
+            for target in _targets(node, name, is_package):
+                if target in modules and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or through others (Tarjan's SCCs)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def main() -> int:
+    """Print the cycles; 0 when there are none."""
+    modules = module_files()
+    found = cycles(import_graph(modules))
+    for group in found:
+        print("import cycle: " + " <-> ".join(group))
+    print(f"import cycles: {len(found)} among {len(modules)} modules")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
