@@ -57,9 +57,9 @@ _BIG_MODEL = (
     "a lower-level big-model helper of Accelerate that accel's big-model API "
     "(accel_ckpt.big_modeling) uses internally or does not need"
 )
-_FP8 = (
-    "a decorator internal to Accelerate's torchao helpers; accel checks torchao (and names "
-    "accel[fp8]) where fp8 is set up (accel/fp8/capability.py)"
+_MEGATRON = (
+    "present so imports work; using it raises UnsupportedFeatureError: Megatron-LM is not a "
+    "target of accel (use FSDP2, DeepSpeed or a ParallelismConfig)"
 )
 
 # Reasons for names that are absent or differ, keyed by (namespace, name). A name listed here as
@@ -109,26 +109,87 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
         "differs",
         "a compiled DDP model unwraps to a new compiled wrapper; the prepared one keeps DDP",
     ),
+    ("accelerate.utils", "prepare_sagemager_args_inputs"): (
+        "differs",
+        "raises LaunchArgumentError: Amazon SageMaker is a service accel does not target",
+    ),
+    ("accelerate.utils", "prepare_tpu"): (
+        "differs",
+        "pod=True (TPU pods over gcloud) raises LaunchArgumentError; run `accel launch --tpu` on "
+        "each TPU VM",
+    ),
+    ("accelerate.utils", "prepare_deepspeed_cmd_env"): (
+        "differs",
+        "the command is `accel launch --use_deepspeed ...` (torch elastic, the 'standard' "
+        "multi-node launcher), not the deepspeed/pdsh runner",
+    ),
+    ("accelerate.utils", "set_numa_affinity"): (
+        "differs",
+        "also acts on CPU runs: local processes split their NUMA node's cores into equal blocks "
+        "(Accelerate: GPU runs only); a no-op where the kernel publishes no NUMA information",
+    ),
+    ("accelerate.utils", "PrepareForLaunch"): (
+        "differs",
+        "also gives FSDP and DEEPSPEED processes their RANK/LOCAL_RANK (Accelerate: MULTI_* only)",
+    ),
     ("accelerate.utils", "TorchDynamoPlugin"): (
         "differs",
         "backend defaults to 'no' and fullgraph to False instead of None (read from the launcher)",
-    ),
-    ("accelerate.utils", "compare_versions"): (
-        "absent",
-        "use packaging.version or accel.utils.is_torch_version; accel does not depend on packaging",
-    ),
-    ("accelerate.utils", "is_peft_model"): (
-        "absent",
-        "PEFT models are plain nn.Modules to accel; nothing depends on telling them apart",
     ),
     ("accelerate.utils", "purge_accelerate_environment"): (
         "absent",
         "test decorator for ACCELERATE_* variables; use accel_state.testing.without_launcher_variables",
     ),
     ("accelerate.utils", "get_current_device_type"): (
-        "absent",
-        "use Accelerator().device.type or PartialState().device.type",
+        "differs",
+        "a machine without an accelerator gives ('cpu', 'MULTI_CPU') where Accelerate answers "
+        "('cuda', 'MULTI_GPU')",
     ),
+    ("accelerate.utils", "get_grad_scaler"): (
+        "differs",
+        "the scaler is for this machine's device (CPU included) where Accelerate defaults to CUDA",
+    ),
+    ("accelerate.utils", "get_fsdp2_grad_scaler"): ("differs", "as get_grad_scaler"),
+    ("accelerate.utils", "install_xla"): (
+        "differs",
+        "refuses with UnsupportedFeatureError naming the pip command (Accelerate's fetched a "
+        "Colab wheel for Python 3.7 that no longer exists)",
+    ),
+    ("accelerate.utils", "MODEL_NAME"): (
+        "differs",
+        "the constants have Accelerate's values and accel-ckpt uses the same stems (model, "
+        "pytorch_model, optimizer, scheduler, random_states); accel-ckpt writes optimizer, "
+        "scheduler, scaler and RNG state as .safetensors (random_states_<rank>), and dataloader "
+        "positions as dataloader[_<i>].safetensors where Accelerate writes sampler[_<i>].bin",
+    ),
+    ("accelerate.utils", "save_fsdp_model"): (
+        "differs",
+        "use_dcp=True only (use_dcp=False, per-rank .bin shards, raises); the sharded layout is a "
+        "torch.distributed.checkpoint folder",
+    ),
+    ("accelerate.utils", "load_fsdp_model"): ("differs", "as save_fsdp_model: use_dcp=True only"),
+    ("accelerate.utils", "save_fsdp_optimizer"): (
+        "differs",
+        "use_dcp is accepted; the sharded layout is always written with torch.distributed.checkpoint",
+    ),
+    ("accelerate.utils", "ensure_weights_retied"): (
+        "differs",
+        "reties every group of tied parameters after each module's param_init_fn (device unused)",
+    ),
+    **{
+        ("accelerate.utils", name): ("differs", _MEGATRON)
+        for name in (
+            "AbstractTrainStep",
+            "BertTrainStep",
+            "GPTTrainStep",
+            "T5TrainStep",
+            "MegatronLMDummyDataLoader",
+            "MegatronLMDummyScheduler",
+            "MegatronLMPlugin",
+            "add_model_config_to_megatron_parser",
+            "avg_losses_across_data_parallel_group",
+        )
+    },
 }
 
 # Absent names matched by pattern: (namespace regex, name regex, reason); first match wins.
@@ -140,17 +201,11 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
     (r".*", r"(?i).*deepspeed.*|GatheredParameters", _DEEPSPEED),
     (r".*", r"(?i).*fsdp.*|FullyShardedDataParallelPlugin", _FSDP),
-    (r".*", r"torchao_required", _FP8),
     (
         r".*",
         r"get_model_tp_size|model_has_dtensor|AccelerateSequenceParallelConfig"
         r"|SequenceShardingDataLoader|.*[Uu]lysses.*",
         _ND,
-    ),
-    (
-        r".*",
-        r"SageMaker.*|prepare_sagemager_args_inputs",
-        "Amazon SageMaker is a service accel does not target",
     ),
     (
         r"accelerate",
@@ -171,32 +226,8 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
     (
         r"accelerate\.utils",
-        r"id_tensor_storage|clean_state_dict_for_safetensors",
-        "safetensors writing (shared storage, tied weights) is internal to accel-ckpt's save_model",
-    ),
-    (
-        r"accelerate\.utils",
-        r"PrepareForLaunch|TORCH_LAUNCH_PARAMS|prepare_multi_gpu_env"
-        r"|prepare_simple_launcher_cmd_env|prepare_tpu|convert_dict_to_env_variables|install_xla"
-        r"|get_cpu_distributed_information|are_libraries_initialized|check_cuda_p2p_ib_support"
-        r"|get_gpu_info|set_numa_affinity",
+        r"TORCH_LAUNCH_PARAMS",
         "internals of Accelerate's launcher; accel-launch builds workers through accel_state.contract",
-    ),
-    (
-        r"accelerate\.utils",
-        r"(SAFE_)?MODEL_NAME|OPTIMIZER_NAME|SCHEDULER_NAME|SAMPLER_NAME"
-        r"|SCALER_NAME|RNG_STATE_NAME|(SAFE_)?WEIGHTS_PATTERN_NAME",
-        "file names of Accelerate's checkpoint layout; accel-ckpt writes its own (see its README)",
-    ),
-    (
-        r"accelerate\.utils",
-        r"(MITA|XPU)_PROFILING_AVAILABLE_PYTORCH_VERSION|TORCH_DISTRIBUTED_OPERATION_TYPES",
-        "version/operation tables internal to Accelerate",
-    ),
-    (
-        r"accelerate\.utils",
-        r"get_grad_scaler|get_mixed_precision_context_manager",
-        "precision is an object in accel.precision (Accelerator.scaler, Accelerator.autocast)",
     ),
 ]
 

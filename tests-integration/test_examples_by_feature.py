@@ -200,3 +200,18 @@ def test_nd_parallel_trains_on_a_mesh_and_resumes_on_another(clean_env, tmp_path
     assert "mesh DeviceMesh((dp_replicate=2, dp_shard=2)" in resumed
     assert "epoch 0" not in resumed  # resumed after the saved epoch
     assert number(r"epoch 1: test loss ([\d.]+)", resumed) < after_one
+
+
+def test_launch_helpers_start_a_job_from_python(clean_env):
+    """Started with plain ``python``: the script launches its own ranks (PrepareForLaunch)."""
+    result = subprocess.run(
+        [sys.executable, str(BY_FEATURE / "launch_helpers.py"), "--num_processes", "2"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=400,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert "2 processes, mixed precision bf16" in result.stdout
+    assert number(r"accuracy ([\d.]+)", result.stdout) > 0.9
+    assert "same weights: True" in result.stdout

@@ -22,6 +22,7 @@ def test_round_trip_through_the_environment():
         dynamo_mode="reduce-overhead",
         dynamo_use_fullgraph=True,
         dynamo_use_dynamic=False,
+        dynamo_use_regional_compilation=True,
         use_fsdp=True,
         fsdp_config={"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_offload_params": False},
         backend="gloo",

@@ -11,7 +11,8 @@ It also writes where the worker's collectives were (``waits in gather #57 (train
 library in the worker registered that with ``accel_state.failures``, so the launcher can put the
 ranks side by side. A worker the launcher stops with SIGTERM (because another one failed) is
 recorded too: SIGTERM raises :class:`Terminated` in the script, unless the script handles
-SIGTERM itself (``accelerator.should_stop`` does). It imports the standard library only.
+SIGTERM itself (``accelerator.should_stop`` does). It imports the standard library only (and,
+with ``ACCELERATE_CPU_AFFINITY=1``, :mod:`accel_launch.affinity` to pin the worker first).
 """
 
 import contextlib
@@ -131,6 +132,11 @@ def main() -> None:
     """Entry point: run the script, recording a failure before it propagates."""
     if hasattr(signal, "SIGTERM") and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_terminated)
+    if os.environ.get("ACCELERATE_CPU_AFFINITY", "").strip().lower() in ("1", "true", "yes"):
+        # ``accel launch --enable_cpu_affinity``: pin this worker before the script starts threads.
+        from accel_launch.affinity import apply_launch_affinity
+
+        apply_launch_affinity()
     try:
         run(sys.argv[1:])
     except Terminated as stop:

@@ -25,10 +25,12 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``accel`` parser: four built-in subcommands and those installed packages provide."""
+    """The ``accel`` parser: six built-in subcommands and those installed packages provide."""
     from accel_launch.commands import config as config_cmd
     from accel_launch.commands import env as env_cmd
     from accel_launch.commands import test as test_cmd
+    from accel_launch.commands import to_fsdp2 as to_fsdp2_cmd
+    from accel_launch.commands import tpu_config as tpu_config_cmd
 
     parser = argparse.ArgumentParser(
         prog="accel",
@@ -48,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     config_cmd.add_parser(commands)
     test_cmd.add_parser(commands)
     env_cmd.add_parser(commands)
-    builtin = ["launch", "config", "test", "env"]
+    to_fsdp2_cmd.add_parser(commands)
+    tpu_config_cmd.add_parser(commands)
+    builtin = ["launch", "config", "test", "env", "to-fsdp2", "tpu-config"]
     extra = add_plugin_commands(commands, reserved=set(builtin))
     commands.metavar = "{" + ",".join(builtin + extra) + "}"
     return parser

@@ -131,6 +131,18 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     _add(
         resources, "--dynamo_use_dynamic", action="store_true", help="torch.compile(dynamic=True)."
     )
+    _add(
+        resources,
+        "--dynamo_use_regional_compilation",
+        action="store_true",
+        help="Compile each repeated block once (accel.compile_regions) instead of the whole model.",
+    )
+    _add(
+        resources,
+        "--enable_cpu_affinity",
+        action="store_true",
+        help="Pin each worker to the cores of its NUMA node (on a CPU run: an equal share of them).",
+    )
 
     paradigm = parser.add_argument_group("Training paradigm")
     _add(
@@ -181,6 +193,21 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     )
     _add(
         distributed, "--monitor_interval", type=float, help="Seconds between worker health checks."
+    )
+    _add(
+        distributed,
+        "--mpirun_hostfile",
+        "--hostfile",
+        dest="mpirun_hostfile",
+        help="Hostfile listing the machines ('host slots=N' per line): sets the machine count, "
+        "machine 0's address, this machine's rank and the processes per machine.",
+    )
+    _add(
+        distributed,
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Environment variable for every worker; repeat for several.",
     )
     _add(
         distributed,
@@ -289,6 +316,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     _bool_flag(fsdp, "--fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only.")
     _bool_flag(fsdp, "--fsdp_sync_module_states", "Broadcast module states from rank 0.")
     _bool_flag(fsdp, "--fsdp_activation_checkpointing", "Checkpoint activations of FSDP units.")
+    _bool_flag(
+        fsdp,
+        "--fsdp_activation_checkpointing_offload",
+        "FSDP2: keep the checkpointed inputs in pinned CPU memory until backward "
+        "(needs --fsdp_activation_checkpointing true).",
+    )
 
     nd = parser.add_argument_group("N-D parallelism (with --use_parallelism_config)")
     _add(

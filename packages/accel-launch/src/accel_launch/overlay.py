@@ -12,6 +12,7 @@ from accel_launch.config.schema import (
     DynamoConfig,
     Fp8Config,
     FsdpConfig,
+    MpirunConfig,
     ParallelismSection,
     flag_key,
 )
@@ -64,6 +65,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
             "max_restarts",
             "monitor_interval",
             "collective_timeout",
+            "enable_cpu_affinity",
         )
         if getattr(args, name, None) is not None
     }
@@ -80,6 +82,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         ("fsdp_config", FsdpConfig),
         ("parallelism_config", ParallelismSection),
         ("fp8_config", Fp8Config),
+        ("mpirun_config", MpirunConfig),
     ):
         values = _section_values(args, section)
         if key == "deepspeed_config":

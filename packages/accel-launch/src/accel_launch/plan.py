@@ -23,9 +23,11 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
+from accel_launch.affinity import CPU_AFFINITY_ENV
 from accel_launch.config.schema import AccelConfig
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
+from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.overlay import flags_to_config
 from accel_state.contract import LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
@@ -158,6 +160,7 @@ def _contract(config: AccelConfig, kind: DistributedType | None, use_cpu: bool) 
             dynamo_mode=dynamo.dynamo_mode,
             dynamo_use_fullgraph=bool(dynamo.dynamo_use_fullgraph),
             dynamo_use_dynamic=dynamo.dynamo_use_dynamic,
+            dynamo_use_regional_compilation=bool(dynamo.dynamo_use_regional_compilation),
             use_deepspeed=kind is DistributedType.DEEPSPEED,
             deepspeed_config=deepspeed if kind is DistributedType.DEEPSPEED else {},
             use_fsdp=kind is DistributedType.FSDP,
@@ -312,6 +315,86 @@ def _mode_notes(args: argparse.Namespace, mode: str, num_machines: int) -> list[
     return notes
 
 
+def _apply_hostfile(config: AccelConfig) -> AccelConfig:
+    """Fill machine count, machine 0's address, rank and processes from the hostfile where unset.
+
+    The file is ``mpirun_config.mpirun_hostfile`` (``--mpirun_hostfile`` / ``--hostfile``).
+
+    Raises:
+        LaunchArgumentError: The file cannot be read, disagrees with an explicit setting, or
+            (several machines) does not list this machine and no ``--machine_rank`` is given.
+    """
+    path = config.mpirun_config.mpirun_hostfile
+    if not path:
+        return config
+    hosts = read_hostfile(path)
+    if config.num_machines is not None and config.num_machines != len(hosts):
+        raise LaunchArgumentError(
+            f"--num_machines {config.num_machines} but the hostfile {path!r} lists {len(hosts)} "
+            "machine(s); drop --num_machines or fix the file."
+        )
+    changes: dict[str, object] = {"num_machines": len(hosts)}
+    if config.main_process_ip is None and len(hosts) > 1:
+        changes["main_process_ip"] = hosts[0].name
+    if config.machine_rank is None and len(hosts) > 1:
+        rank = this_machine_rank(hosts)
+        if rank is None:
+            raise LaunchArgumentError(
+                f"this machine is not listed in the hostfile {path!r} "
+                f"({', '.join(host.name for host in hosts)}); pass --machine_rank."
+            )
+        changes["machine_rank"] = rank
+    slots = [host.slots for host in hosts]
+    if config.num_processes is None and all(slot is not None for slot in slots):
+        if len(set(slots)) > 1:
+            raise LaunchArgumentError(
+                f"the hostfile {path!r} gives different slots per machine ({slots}); accel runs "
+                "the same number of processes on every machine. Make them equal."
+            )
+        changes["num_processes"] = sum(slot or 0 for slot in slots)
+    return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+
+
+def parse_env_assignments(items: list[str] | None) -> dict[str, str]:
+    """``--env KEY=VALUE`` (repeatable) -> ``{"KEY": "VALUE"}``.
+
+    Raises:
+        LaunchArgumentError: An item is not ``KEY=VALUE`` with a valid variable name.
+    """
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not (key.replace("_", "a").isalnum() and not key[0].isdigit()):
+            raise LaunchArgumentError(
+                f"--env {item!r} is not KEY=VALUE with a variable name for KEY; write e.g. "
+                "--env WANDB_MODE=offline (repeat --env for several)."
+            )
+        env[key] = value
+    return env
+
+
+def _feature_env(config: AccelConfig, kind: DistributedType | None) -> dict[str, str]:
+    """Variables for ``--enable_cpu_affinity``; checks ``--fsdp_activation_checkpointing_offload``.
+
+    Raises:
+        LaunchArgumentError: Activation offload without activation checkpointing or on FSDP1.
+    """
+    fsdp = config.fsdp_config
+    if kind is DistributedType.FSDP and fsdp.fsdp_activation_checkpointing_offload:
+        if not fsdp.fsdp_activation_checkpointing:
+            raise LaunchArgumentError(
+                "fsdp_activation_checkpointing_offload=true offloads the inputs that activation "
+                "checkpointing keeps: add --fsdp_activation_checkpointing true."
+            )
+        if fsdp.fsdp_version == 1:
+            raise LaunchArgumentError(
+                "fsdp_activation_checkpointing_offload needs FSDP2: pass --fsdp_version 2 "
+                "(or drop the offload)."
+            )
+    return {CPU_AFFINITY_ENV: "1"} if config.enable_cpu_affinity else {}
+
+
 def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, str]:
     """With restarts, give every c10d round a fresh store.
 
@@ -357,7 +440,7 @@ def build_plan(
     env = os.environ if environ is None else environ
     _check_target(args)
     have_file = file_config is not None
-    config = (file_config or AccelConfig()).merged_with(flags_to_config(args))
+    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags_to_config(args)))
     if config.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER.value:
         raise LaunchArgumentError(
             "compute_environment AMAZON_SAGEMAKER is not supported by accel; use LOCAL_MACHINE."
@@ -437,6 +520,8 @@ def build_plan(
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
+    worker_env.update(_feature_env(config, kind))
+    worker_env.update(parse_env_assignments(getattr(args, "env", None)))
     notes.extend(_mode_notes(args, mode, num_machines))
     gpu_ids = parse_gpu_ids(config.gpu_ids)
     if gpu_ids is not None and not use_cpu:

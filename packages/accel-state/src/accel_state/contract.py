@@ -39,6 +39,10 @@ Variable                               Meaning
                                        ``_SP_ATTN_IMPLEMENTATION``
 =====================================  ===========================================================
 
+``ACCEL_DYNAMO_USE_REGIONAL_COMPILATION`` (too long for the table): compile each repeated block
+once (``accel launch --dynamo_use_regional_compilation``; Accelerate's
+``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`` is read too).
+
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
 restarted the worker group (``restart_count``).
 
@@ -71,6 +75,9 @@ DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
 DYNAMO_MODE = "ACCEL_DYNAMO_MODE"
 DYNAMO_USE_FULLGRAPH = "ACCEL_DYNAMO_USE_FULLGRAPH"
 DYNAMO_USE_DYNAMIC = "ACCEL_DYNAMO_USE_DYNAMIC"
+DYNAMO_USE_REGIONAL_COMPILATION = "ACCEL_DYNAMO_USE_REGIONAL_COMPILATION"
+#: Accelerate's spelling, read too.
+ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
 USE_DEEPSPEED = "ACCEL_USE_DEEPSPEED"
 ACCELERATE_USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
 DEEPSPEED_CONFIG = "ACCEL_DEEPSPEED_CONFIG"
@@ -118,6 +125,7 @@ ALL_VARIABLES = (
     DYNAMO_MODE,
     DYNAMO_USE_FULLGRAPH,
     DYNAMO_USE_DYNAMIC,
+    DYNAMO_USE_REGIONAL_COMPILATION,
     USE_DEEPSPEED,
     DEEPSPEED_CONFIG,
     USE_FSDP,
@@ -265,6 +273,7 @@ class LaunchContract:
     dynamo_mode: str | None = None
     dynamo_use_fullgraph: bool = False
     dynamo_use_dynamic: bool | None = None
+    dynamo_use_regional_compilation: bool = False
     use_deepspeed: bool = False
     deepspeed_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     use_fsdp: bool = False
@@ -336,6 +345,8 @@ class LaunchContract:
             dynamo_use_dynamic=(
                 None if dynamic_raw in (None, "") else read_bool(env, DYNAMO_USE_DYNAMIC)
             ),
+            dynamo_use_regional_compilation=read_bool(env, DYNAMO_USE_REGIONAL_COMPILATION)
+            or read_bool(env, ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION),
             use_deepspeed=use_deepspeed,
             deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG),
             use_fsdp=use_fsdp,
@@ -372,6 +383,8 @@ class LaunchContract:
             env[DYNAMO_MODE] = self.dynamo_mode
         if self.dynamo_use_dynamic is not None:
             env[DYNAMO_USE_DYNAMIC] = _flag(self.dynamo_use_dynamic)
+        if self.dynamo_use_regional_compilation:
+            env[DYNAMO_USE_REGIONAL_COMPILATION] = "true"
         if self.deepspeed_config:
             env[DEEPSPEED_CONFIG] = json.dumps(self.deepspeed_config, sort_keys=True)
         if self.fsdp_config:

@@ -106,6 +106,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
                 mode=contract.dynamo_mode,  # type: ignore[arg-type]
                 fullgraph=contract.dynamo_use_fullgraph,
                 dynamic=contract.dynamo_use_dynamic,
+                use_regional_compilation=contract.dynamo_use_regional_compilation,
             ),
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,

@@ -83,7 +83,6 @@ IGNORED_KEYS = frozenset(
         "commands",
         "megatron_lm_config",
         "ipex_config",
-        "mpirun_config",
     }
 )
 
@@ -217,6 +216,18 @@ class DynamoConfig(Section):
     dynamo_mode: str | None = _opt(choice_parser(DYNAMO_MODES, "lower"), "torch.compile mode")
     dynamo_use_fullgraph: bool | None = _opt(parse_bool, "torch.compile(fullgraph=...)")
     dynamo_use_dynamic: bool | None = _opt(parse_bool, "torch.compile(dynamic=...)")
+    dynamo_use_regional_compilation: bool | None = _opt(
+        parse_bool, "compile each repeated block once (accel.compile_regions)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class MpirunConfig(Section):
+    """``mpirun_config``: the machines of a multi-CPU job, as a hostfile."""
+
+    mpirun_hostfile: str | None = _opt(
+        parse_str, "hostfile listing the machines (host [slots=N] per line)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +289,9 @@ class FsdpConfig(Section):
     fsdp_sync_module_states: bool | None = _opt(parse_bool, "broadcast module states from rank 0")
     fsdp_activation_checkpointing: bool | None = _opt(
         parse_bool, "checkpoint FSDP unit activations"
+    )
+    fsdp_activation_checkpointing_offload: bool | None = _opt(
+        parse_bool, "FSDP2: keep checkpointed inputs in pinned CPU memory until backward"
     )
 
 
@@ -421,7 +435,9 @@ class AccelConfig(Section):
     same_network: bool | None = _opt(parse_bool, "machines share a local network")
     main_training_function: str | None = _opt(parse_str, "function the XLA launcher calls")
     downcast_bf16: bool | None = _opt(parse_bool, "on XLA, store float32 as bfloat16")
-    enable_cpu_affinity: bool | None = _opt(parse_bool, "accepted for compatibility; unused")
+    enable_cpu_affinity: bool | None = _opt(
+        parse_bool, "pin each worker to the cores of its NUMA node (set_numa_affinity)"
+    )
     gradient_accumulation_steps: int | None = _opt(int_parser(1), "micro-steps per optimizer step")
     num_cpu_threads_per_process: int | None = _opt(int_parser(1), "OMP_NUM_THREADS per worker")
     max_restarts: int | None = _opt(int_parser(0), "times the whole group may be restarted")
@@ -441,6 +457,10 @@ class AccelConfig(Section):
     )
     fsdp_config: FsdpConfig = dataclasses.field(
         default_factory=FsdpConfig, metadata={"section": FsdpConfig, "doc": "FSDP settings"}
+    )
+    mpirun_config: MpirunConfig = dataclasses.field(
+        default_factory=MpirunConfig,
+        metadata={"section": MpirunConfig, "doc": "machines of a multi-CPU job (hostfile)"},
     )
     use_parallelism_config: bool | None = _opt(
         parse_bool, "build a ParallelismConfig (device mesh) in the workers"
@@ -493,6 +513,7 @@ __all__ = [
     "RDZV_BACKENDS",
     "SP_BACKENDS",
     "AccelConfig",
+    "MpirunConfig",
     "DeepSpeedConfig",
     "DynamoConfig",
     "Fp8Config",

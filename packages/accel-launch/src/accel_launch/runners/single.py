@@ -17,6 +17,7 @@ import sys
 import threading
 from types import FrameType
 
+from accel_launch.affinity import CPU_AFFINITY_ENV
 from accel_launch.plan import LaunchPlan
 from accel_launch.runners.guard import guarded
 from accel_state.contract import REQUEUE_EXIT_CODE
@@ -50,7 +51,11 @@ def run_single(plan: LaunchPlan) -> int:
     try:
         try:
             children.append(
-                subprocess.Popen(guarded(plan.python_command()), env={**os.environ, **plan.env})
+                subprocess.Popen(
+                    # --enable_cpu_affinity: the worker wrapper pins the process before the script.
+                    guarded(plan.python_command(record_failures=CPU_AFFINITY_ENV in plan.env)),
+                    env={**os.environ, **plan.env},
+                )
             )
         except OSError as error:
             print(f"accel launch: cannot start {plan.target!r}: {error.strerror}", file=sys.stderr)

@@ -90,6 +90,48 @@ _FROM_BIG_MODELING = [
     "has_4bit_bnb_layers",
     "load_and_quantize_model",
 ]
+_FROM_MODEL_HELPERS = [
+    "align_module_device",
+    "calculate_maximum_sizes",
+    "check_tied_parameters_in_config",
+    "check_tied_parameters_on_same_device",
+    "clean_state_dict_for_safetensors",
+    "extract_submodules_state_dict",
+    "get_module_children_bottom_up",
+    "id_tensor_storage",
+    "load_offloaded_weights",
+    "load_state_dict",
+    "retie_parameters",
+]
+_CONSTANTS = [
+    "MODEL_NAME",
+    "OPTIMIZER_NAME",
+    "RNG_STATE_NAME",
+    "SAFE_MODEL_NAME",
+    "SAFE_WEIGHTS_PATTERN_NAME",
+    "SAMPLER_NAME",
+    "SCALER_NAME",
+    "SCHEDULER_NAME",
+    "WEIGHTS_PATTERN_NAME",
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
+    "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+    "TORCH_DISTRIBUTED_OPERATION_TYPES",
+]
+_FSDP_HELPERS = [
+    "save_fsdp_model",
+    "load_fsdp_model",
+    "save_fsdp_optimizer",
+    "load_fsdp_optimizer",
+    "disable_fsdp_ram_efficient_loading",
+    "enable_fsdp_ram_efficient_loading",
+    "ensure_weights_retied",
+    "fsdp2_apply_ac",
+    "fsdp2_canonicalize_names",
+    "fsdp2_load_full_state_dict",
+    "fsdp2_prepare_model",
+    "fsdp2_switch_optimizer_parameters",
+    "get_fsdp2_grad_scaler",
+]
 _FROM_ACCEL = {
     **dict.fromkeys(
         [
@@ -120,8 +162,41 @@ _FROM_ACCEL = {
     ),
     "check_cuda_fp8_capability": "accel.fp8.capability",
     "merge_fsdp_weights": "accel.utils.compat",
-    "save_fsdp_model": "accel.utils.fsdp_utils",
-    "load_fsdp_model": "accel.utils.fsdp_utils",
+    **dict.fromkeys(_FSDP_HELPERS, "accel.utils.fsdp_utils"),
+    **dict.fromkeys(_CONSTANTS, "accel.utils.constants"),
+    **dict.fromkeys(
+        ["get_current_device_type", "get_grad_scaler", "get_mixed_precision_context_manager"],
+        "accel.utils.amp",
+    ),
+    "compile_regions_fsdp2": "accel.utils.regions",
+    "compile_regions_deepspeed": "accel.utils.regions",
+    "GatheredParameters": "accel.utils.gathered_parameters",
+    "compare_versions": "accel.utils.versions",
+    **dict.fromkeys(
+        ["are_libraries_initialized", "check_cuda_p2p_ib_support", "get_gpu_info"],
+        "accel.utils.gpu_info",
+    ),
+    "install_xla": "accel.utils.torch_xla",
+    **dict.fromkeys(
+        [
+            "AbstractTrainStep",
+            "BertTrainStep",
+            "GPTTrainStep",
+            "MegatronLMDummyDataLoader",
+            "MegatronLMDummyScheduler",
+            "MegatronLMPlugin",
+            "T5TrainStep",
+            "add_model_config_to_megatron_parser",
+            "avg_losses_across_data_parallel_group",
+        ],
+        "accel.utils.megatron_lm",
+    ),
+    "SageMakerDistributedType": "accel.utils.sagemaker",
+    "model_has_dtensor": "accel.utils.parallel_info",
+    "get_model_tp_size": "accel.utils.parallel_info",
+    "torchao_required": "accel.utils.requirements",
+    "deepspeed_required": "accel.utils.requirements",
+    "is_peft_model": "accel.utils.modeling",
     "convert_file_size_to_int": "accel.utils.compat",
     "dtype_byte_size": "accel.utils.compat",
     "has_offloaded_params": "accel.utils.compat",
@@ -181,14 +256,30 @@ _FROM_IMPORTS = [
     "is_habana_gaudi1",
 ]
 
+#: Accelerate's launch helpers (accel-launch, through the ``accel.utils.launch`` module path).
+_FROM_LAUNCH = [
+    "PrepareForLaunch",
+    "convert_dict_to_env_variables",
+    "get_cpu_distributed_information",
+    "prepare_deepspeed_cmd_env",
+    "prepare_multi_gpu_env",
+    "prepare_sagemager_args_inputs",
+    "prepare_simple_launcher_cmd_env",
+    "prepare_tpu",
+    "purge_accelerate_environment",
+    "set_numa_affinity",
+]
+
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_FROM_STATE, "accel_state"),
     **dict.fromkeys(_FROM_OPS, "accel_ops"),
     **dict.fromkeys(_FROM_DATA, "accel_data"),
     **dict.fromkeys(_FROM_CKPT, "accel_ckpt"),
     **dict.fromkeys(_FROM_BIG_MODELING, "accel_ckpt.big_modeling"),
+    **dict.fromkeys(_FROM_MODEL_HELPERS, "accel_ckpt.big_modeling.model_helpers"),
     **_FROM_ACCEL,
     **dict.fromkeys(_FROM_IMPORTS, "accel.utils.imports"),
+    **dict.fromkeys(_FROM_LAUNCH, "accel.utils.launch"),
 }
 
 __all__ = sorted(_EXPORTS)

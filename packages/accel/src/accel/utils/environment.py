@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from accel.utils.amp import get_current_device_type
+from accel.utils.gpu_info import (
+    are_libraries_initialized,
+    check_cuda_p2p_ib_support,
+    get_gpu_info,
+)
 from accel.utils.other import (
     check_os_kernel,
     clear_environment,
@@ -9,9 +15,26 @@ from accel.utils.other import (
     parse_choice_from_env,
     parse_flag_from_env,
 )
+from accel_launch.affinity import (
+    CPUInformation,
+    get_cpu_distributed_information,
+    override_numa_affinity,
+    set_numa_affinity,
+)
+from accel_launch.environment import convert_dict_to_env_variables, purge_accelerate_environment
 from accel_state import patch_environment, str_to_bool
 
 __all__ = [
+    "CPUInformation",
+    "convert_dict_to_env_variables",
+    "get_cpu_distributed_information",
+    "override_numa_affinity",
+    "purge_accelerate_environment",
+    "set_numa_affinity",
+    "are_libraries_initialized",
+    "check_cuda_p2p_ib_support",
+    "get_current_device_type",
+    "get_gpu_info",
     "check_os_kernel",
     "clear_environment",
     "get_int_from_env",

@@ -21,27 +21,31 @@ from typing import Any
 
 import torch
 
-from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
-from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin
+from accel.errors import UnsupportedFeatureError
+from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+from accel.utils.constants import FSDP_MODEL_NAME
+from accel.utils.fsdp2_helpers import (
+    disable_fsdp_ram_efficient_loading,
+    enable_fsdp_ram_efficient_loading,
+    ensure_weights_retied,
+    fsdp2_apply_ac,
+    fsdp2_canonicalize_names,
+    fsdp2_load_full_state_dict,
+    fsdp2_prepare_model,
+    fsdp2_switch_optimizer_parameters,
+    get_fsdp2_grad_scaler,
+)
+from accel.utils.fsdp_common import PathLike, refuse_adapter_only, resolve_plugin
+from accel.utils.fsdp_optimizer import load_fsdp_optimizer, save_fsdp_optimizer
 
-PathLike = str | os.PathLike[str]
-FSDP_MODEL_NAME = "pytorch_model_fsdp"
 
-
-def _settings(fsdp_plugin: Any, accelerator: Any) -> FSDPSettings:
-    if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
-        raise AcceleratorConfigError(
-            f"fsdp_plugin={fsdp_plugin!r}: pass the accel.FullyShardedDataParallelPlugin the "
-            "Accelerator was made with (accelerator.state.fsdp_plugin)."
-        )
-    return fsdp_plugin.resolved(accelerator.state.partial.contract.fsdp_config)
-
-
-def _refuse_adapter_only(adapter_only: bool) -> None:
-    if adapter_only:
+def _refuse_per_rank_files(use_dcp: bool) -> None:
+    """``use_dcp=False`` asks for Accelerate's per-rank ``.bin`` shards, which accel does not write."""
+    if not use_dcp:
         raise UnsupportedFeatureError(
-            "adapter_only=True saves PEFT adapter weights, which accel does not handle; save the "
-            "whole model (adapter_only=False) or use PEFT's own save_pretrained."
+            "use_dcp=False (one torch.save file per rank) is not supported by accel: the sharded "
+            "layout is a torch.distributed.checkpoint folder, loadable on any number of "
+            "processes; leave use_dcp=True."
         )
 
 
@@ -56,6 +60,7 @@ def save_fsdp_model(
     output_dir: PathLike,
     model_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> Path:
     """Write a prepared FSDP model's weights into ``output_dir`` (collective).
 
@@ -66,6 +71,8 @@ def save_fsdp_model(
         output_dir: Folder to write into (created when missing).
         model_index: Number in the file or folder name, for several models.
         adapter_only: Not supported (PEFT adapters).
+        use_dcp: ``True`` only: the sharded layout is a ``torch.distributed.checkpoint`` folder
+            (``False``, Accelerate's per-rank files, raises ``UnsupportedFeatureError``).
 
     Returns:
         The folder (sharded) or file (full) written.
@@ -75,8 +82,9 @@ def save_fsdp_model(
     """
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
-    _refuse_adapter_only(adapter_only)
-    settings = _settings(fsdp_plugin, accelerator)
+    refuse_adapter_only(adapter_only)
+    _refuse_per_rank_files(use_dcp)
+    settings = resolve_plugin(fsdp_plugin, accelerator)
     output = Path(output_dir)
     if settings.state_dict_type == "SHARDED_STATE_DICT":
         target = output / f"{FSDP_MODEL_NAME}_{model_index}"
@@ -98,6 +106,7 @@ def load_fsdp_model(
     input_dir: PathLike,
     model_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> None:
     """Read weights written by :func:`save_fsdp_model` into a prepared FSDP model (collective).
 
@@ -112,7 +121,8 @@ def load_fsdp_model(
 
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
-    _refuse_adapter_only(adapter_only)
+    refuse_adapter_only(adapter_only)
+    _refuse_per_rank_files(use_dcp)
     folder = Path(input_dir)
     sharded = (
         folder if (folder / ".metadata").is_file() else folder / f"{FSDP_MODEL_NAME}_{model_index}"
@@ -130,4 +140,19 @@ def load_fsdp_model(
     accelerator.wait_for_everyone()
 
 
-__all__ = ["FSDP_MODEL_NAME", "load_fsdp_model", "save_fsdp_model"]
+__all__ = [
+    "FSDP_MODEL_NAME",
+    "disable_fsdp_ram_efficient_loading",
+    "enable_fsdp_ram_efficient_loading",
+    "ensure_weights_retied",
+    "fsdp2_apply_ac",
+    "fsdp2_canonicalize_names",
+    "fsdp2_load_full_state_dict",
+    "fsdp2_prepare_model",
+    "fsdp2_switch_optimizer_parameters",
+    "get_fsdp2_grad_scaler",
+    "load_fsdp_model",
+    "load_fsdp_optimizer",
+    "save_fsdp_model",
+    "save_fsdp_optimizer",
+]

@@ -27,3 +27,17 @@ def extract_model_from_parallel(
         keep_torch_compile=keep_torch_compile,
         recursive=recursive,
     )
+
+
+def is_peft_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (inside DDP / compile wrappers) is a PEFT ``PeftModel``.
+
+    ``False`` when peft is not installed (it is never imported otherwise).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(extract_model_from_parallel(model), PeftModel)

@@ -1,0 +1,209 @@
+"""Accelerate's launch helpers (``accelerate.utils.launch``) over accel's own plan.
+
+Each ``prepare_*`` function takes the namespace ``accel launch``'s parser makes
+(:func:`accel_launch.launch_args.build_launch_parser`), resolves it exactly as ``accel launch``
+does (:func:`accel_launch.commands.launch.prepare_launch`: config file, then flags) and returns the
+command and/or environment a worker needs. The variables are those of the launch contract
+(:mod:`accel_state.contract`), so a process started with them is configured as under ``accel launch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from typing import Any
+
+from accel_launch.errors import LaunchArgumentError
+from accel_state.types import DistributedType
+
+#: Distributed types whose workers :class:`PrepareForLaunch` gives torch's rank variables.
+_MULTI_PROCESS = tuple(
+    kind
+    for kind in DistributedType
+    if kind.name.startswith("MULTI_") or kind in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+)
+
+
+def _plan_env(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
+    from accel_launch.commands.launch import prepare_launch
+
+    plan = prepare_launch(args)
+    env = dict(os.environ)
+    env.update(plan.env)
+    return plan, env
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a one-process launch (``python script.py`` plus the contract).
+
+    Raises:
+        LaunchArgumentError: The flags ask for more than one process (use
+            :func:`prepare_multi_gpu_env`) or cannot be launched.
+    """
+    plan, env = _plan_env(args)
+    if plan.num_processes != 1 or plan.num_machines != 1:
+        raise LaunchArgumentError(
+            f"prepare_simple_launcher_cmd_env: num_processes={plan.num_processes}, "
+            f"num_machines={plan.num_machines}: this helper starts one process; use "
+            "prepare_multi_gpu_env for several."
+        )
+    return plan.python_command(), env
+
+
+def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of a multi-process launch; fills torchrun's fields on ``args`` too.
+
+    Sets ``args.nproc_per_node``, ``args.nnodes``, ``args.node_rank``, ``args.master_addr`` and
+    ``args.master_port`` (as Accelerate does for ``torch.distributed.run``) and returns the
+    current environment plus the contract variables, ``MASTER_ADDR``, ``MASTER_PORT``,
+    ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` and ``NPROC``/``NODE_RANK`` (read by
+    :class:`PrepareForLaunch`). Add ``RANK``/``LOCAL_RANK`` per process (or let
+    :class:`PrepareForLaunch` do it) and each process joins the job.
+    """
+    plan, env = _plan_env(args)
+    host, _, port_text = plan.rdzv_endpoint.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    port = int(port_text or 0) or _free_port(host)
+    args.nproc_per_node = str(plan.nproc_per_node)
+    args.nnodes = str(plan.num_machines)
+    args.node_rank = plan.machine_rank
+    args.master_addr = host
+    args.master_port = str(port)
+    env.update(
+        {
+            "MASTER_ADDR": host,
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(plan.num_processes),
+            "LOCAL_WORLD_SIZE": str(plan.nproc_per_node),
+            "NPROC": str(plan.nproc_per_node),
+            "NODE_RANK": str(plan.machine_rank),
+        }
+    )
+    return env
+
+
+def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """Command and environment of a DeepSpeed launch (``args.use_deepspeed`` is set for you).
+
+    accel starts DeepSpeed jobs through torch elastic (the ``standard`` multi-node launcher), so
+    the command is ``accel launch`` itself with the same flags and the environment carries the
+    DeepSpeed contract (``ACCEL_USE_DEEPSPEED``, ``ACCEL_DEEPSPEED_CONFIG``).
+    """
+    import sys
+
+    args.use_deepspeed = True
+    plan, env = _plan_env(args)
+    command = [sys.executable, "-m", "accel_launch.cli", "launch", "--use_deepspeed"]
+    command += [f"--num_processes={plan.num_processes}", f"--num_machines={plan.num_machines}"]
+    if plan.num_machines > 1:
+        command += [f"--machine_rank={plan.machine_rank}"]
+        command += [f"--main_process_ip={plan.rdzv_endpoint.rpartition(':')[0].strip('[]')}"]
+    if plan.use_cpu:
+        command.append("--cpu")
+    if plan.module:
+        command.append("--module")
+    if plan.no_python:
+        command.append("--no_python")
+    command += [plan.target, *plan.target_args]
+    return command, env
+
+
+def prepare_tpu(
+    args: argparse.Namespace, current_env: dict[str, str], pod: bool = False
+) -> tuple[argparse.Namespace, dict[str, str]]:
+    """Add the XLA variables to ``current_env``: bf16 downcasting and the debug mode.
+
+    ``pod=True`` (TPU pods, started over ``gcloud``) is not supported by accel.
+
+    Raises:
+        LaunchArgumentError: ``pod=True``.
+    """
+    if pod:
+        raise LaunchArgumentError(
+            "prepare_tpu(pod=True): TPU pods are not supported by accel (it launches on the "
+            "machine it runs on); run `accel launch --tpu` on each TPU VM instead."
+        )
+    if getattr(args, "mixed_precision", None) == "bf16":
+        if getattr(args, "downcast_bf16", False):
+            current_env["XLA_DOWNCAST_BF16"] = "1"
+        else:
+            current_env["XLA_USE_BF16"] = "1"
+    if getattr(args, "debug", False):
+        current_env["ACCELERATE_DEBUG_MODE"] = "true"
+        current_env["ACCEL_DEBUG_MODE"] = "true"
+    return args, current_env
+
+
+def prepare_sagemager_args_inputs(sagemaker_config: Any, args: argparse.Namespace) -> Any:
+    """Accelerate's SageMaker job inputs: not supported by accel.
+
+    Raises:
+        LaunchArgumentError: Always; accel launches on machines it runs on, not on SageMaker.
+    """
+    raise LaunchArgumentError(
+        "prepare_sagemager_args_inputs: Amazon SageMaker launches are not supported by accel "
+        "(compute_environment AMAZON_SAGEMAKER); use LOCAL_MACHINE and run `accel launch` on the "
+        "instances."
+    )
+
+
+class PrepareForLaunch:
+    """Wrap a function so that ``torch.multiprocessing`` can start it as one rank of a job.
+
+    Called as ``wrapper(index, *args)`` (what ``torch.multiprocessing.start_processes`` passes), it
+    sets ``LOCAL_RANK=index`` and ``RANK=NPROC * NODE_RANK + index`` for a multi-process
+    ``distributed_type``, marks the process as forked (``FORK_LAUNCHED=1``) and calls
+    ``launcher(*args)``. ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` must already be in the
+    environment (see :func:`prepare_multi_gpu_env`).
+
+    Args:
+        launcher: The function to run in each process.
+        distributed_type: A :class:`~accel_state.types.DistributedType` or its name.
+        debug: Start the process group over gloo on the file store named by
+            ``ACCELERATE_DEBUG_RDV_FILE`` before calling ``launcher``.
+    """
+
+    def __init__(
+        self,
+        launcher: Callable[..., Any],
+        distributed_type: DistributedType | str = "NO",
+        debug: bool = False,
+    ) -> None:
+        self.launcher = launcher
+        self.distributed_type = DistributedType(distributed_type)
+        self.debug = debug
+
+    def __call__(self, index: int, *args: Any) -> None:
+        """Set this rank's variables and run the launcher with ``args``."""
+        if self.debug:
+            import torch.distributed as dist
+
+            world_size = int(os.environ["WORLD_SIZE"])
+            rdv_file = os.environ.get("ACCELERATE_DEBUG_RDV_FILE")
+            if not rdv_file:
+                raise LaunchArgumentError(
+                    "PrepareForLaunch(debug=True) needs ACCELERATE_DEBUG_RDV_FILE: a file path "
+                    "every process can reach, for the gloo FileStore."
+                )
+            dist.init_process_group(
+                "gloo",
+                rank=index,
+                world_size=world_size,
+                store=dist.FileStore(rdv_file, world_size),  # type: ignore[attr-defined]
+            )
+        elif self.distributed_type in _MULTI_PROCESS:
+            nproc = int(os.environ.get("NPROC", "1"))
+            node_rank = int(os.environ.get("NODE_RANK", "0"))
+            os.environ["LOCAL_RANK"] = str(index)
+            os.environ["RANK"] = str(nproc * node_rank + index)
+        os.environ["FORK_LAUNCHED"] = "1"
+        self.launcher(*args)
