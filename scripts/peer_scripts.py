@@ -169,9 +169,7 @@ ACCELERATE_BASELINE: dict[tuple[str, int], str] = {
 
 # Names the skipped scripts import that accel does not have yet, and the work that adds them.
 # Anything else a script imports must exist in accel, or the run fails.
-IMPORTS_PLANNED: dict[str, str] = {
-    "accel.utils.deepspeed.get_active_deepspeed_plugin": "several DeepSpeed plugins",
-}
+IMPORTS_PLANNED: dict[str, str] = {}
 
 # Launcher variables of an enclosing job: a launched script must not think it is a worker of it.
 _LAUNCHER_VARIABLES = re.compile(

@@ -12,7 +12,7 @@ total = accelerator.reduce(torch.tensor([float(accelerator.process_index)]), red
 # concurrent processes could interleave.
 sys.stdout.write(
     f"STATE rank={accelerator.process_index} num={accelerator.num_processes} "
-    f"type={accelerator.distributed_type} precision={accelerator.mixed_precision} "
+    f"type={accelerator.distributed_type.value} precision={accelerator.mixed_precision} "
     f"accumulation={accelerator.gradient_accumulation_steps} sum={total.item():.0f}\n"
 )
 sys.stdout.flush()

@@ -290,3 +290,46 @@ def refuses_unwritable_tensors(root: str) -> dict:
     load_state(checkpoints / "checkpoint_0", models=[fresh_model])
     out["latest_loads"] = same(fresh_model.state_dict(), model.state_dict())
     return out
+
+
+def loads_full_checkpoints_into_shards(root: str) -> dict:
+    """load_checkpoint_in_model(full_state_dict=, broadcast_from_rank0=) on 2 processes."""
+    from safetensors.torch import save_file
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from accel_ckpt import load_checkpoint_in_model
+
+    state = PartialState()
+    rank = state.process_index
+    torch.manual_seed(0)
+    source = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 2))
+    expected = {k: v.clone() for k, v in source.state_dict().items()}
+    only_rank0 = Path(root) / "only_rank0"
+    if rank == 0:
+        only_rank0.mkdir()
+        save_file(expected, str(only_rank0 / "model.safetensors"))
+    state.wait_for_everyone()
+    # Process 1 names a folder that does not exist there: only process 0 reads.
+    folder = only_rank0 if rank == 0 else Path(root) / "absent_on_this_rank"
+
+    torch.manual_seed(1 + rank)  # each rank starts from different weights
+    plain = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 2))
+    keys = load_checkpoint_in_model(plain, folder, broadcast_from_rank0=True, strict=True)
+    plain_ok = all(torch.equal(plain.state_dict()[k], v) for k, v in expected.items())
+
+    sharded = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 2))
+    for layer in sharded:
+        fully_shard(layer)
+    fully_shard(sharded)
+    load_checkpoint_in_model(sharded, only_rank0, full_state_dict=True)
+    is_dtensor = all(isinstance(p, DTensor) for p in sharded.parameters())
+    gathered = {k: v.full_tensor() for k, v in sharded.state_dict().items()}
+    sharded_ok = all(torch.equal(gathered[k], v) for k, v in expected.items())
+    return {
+        "plain_ok": plain_ok,
+        "missing": keys.missing_keys,
+        "unexpected": keys.unexpected_keys,
+        "is_dtensor": is_dtensor,
+        "sharded_ok": sharded_ok,
+    }

@@ -137,3 +137,29 @@ def test_unwritable_tensors_are_refused_on_every_rank_and_the_last_checkpoint_st
         assert out["checkpoints"] == ["checkpoint_0"]  # no staging folder, nothing published
         assert out["latest"] == "checkpoint_0"
         assert out["latest_loads"]
+
+
+@pytest.mark.timeout(300)
+def test_full_checkpoints_load_into_shards_and_from_rank0_only(tmp_path):
+    from ckpt_workers import loads_full_checkpoints_into_shards
+
+    results = spawn_workers(
+        loads_full_checkpoints_into_shards, 2, args=(str(tmp_path),), timeout=240
+    )
+    for result in results:
+        assert result["plain_ok"], "broadcast_from_rank0: rank 1 did not get rank 0's weights"
+        assert result["missing"] == [] and result["unexpected"] == []
+        assert result["is_dtensor"] and result["sharded_ok"]
+
+
+def test_broadcast_from_rank0_without_a_process_group_is_refused(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from accel_ckpt import load_checkpoint_in_model
+    from accel_ckpt.errors import InvalidArgumentError
+
+    model = torch.nn.Linear(2, 2)
+    save_file(model.state_dict(), str(tmp_path / "model.safetensors"))
+    with pytest.raises(InvalidArgumentError, match=r"broadcast_from_rank0=True\) needs"):
+        load_checkpoint_in_model(model, tmp_path, broadcast_from_rank0=True)

@@ -49,3 +49,9 @@ def test_synchronisation_errors_name_the_problem():
         synchronize_rng_state("dice")
     with pytest.raises(RNGSyncError, match="needs generator="):
         synchronize_rng_state("generator")
+
+
+@pytest.mark.parametrize("kind", ["mlu", "sdaa", "musa", "hpu", "neuron"])
+def test_accelerate_only_devices_are_named_in_a_clear_error(kind):
+    with pytest.raises(RNGSyncError, match=f"rng_type='{kind}' needs a {kind.upper()} device"):
+        synchronize_rng_state(kind)

@@ -254,3 +254,11 @@ def test_parallelism_config_section_in_accelerates_keys(tmp_path):
     }
     write_config_file(config, tmp_path / "again.yaml")
     assert read_config_file(tmp_path / "again.yaml") == config
+
+
+def test_write_basic_config_takes_save_location_by_keyword(tmp_path):
+    target = tmp_path / "basic.yaml"
+    assert write_basic_config(mixed_precision="bf16", save_location=target) == target
+    assert "mixed_precision: bf16" in target.read_text()
+    with pytest.raises(ConfigError, match="save_location"):
+        write_basic_config(save_location=target, config_file=tmp_path / "other.yaml")

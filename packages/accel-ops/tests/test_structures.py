@@ -177,3 +177,13 @@ def test_mapping_that_cannot_be_rebuilt_gives_clear_error():
 
     with pytest.raises(UnsupportedTypeError, match="constructor that accepts a dict"):
         recursively_apply(double, Stubborn(torch.ones(1), None))
+
+
+def test_predicates_take_accelerates_keyword_names():
+    from accel_ops.structures import TensorInformation, is_tensor_information, is_torch_tensor
+
+    assert is_torch_tensor(tensor=torch.ones(1))
+    assert not is_torch_tensor(tensor=[1.0])
+    info = TensorInformation(shape=torch.Size([2]), dtype=torch.float32)
+    assert is_tensor_information(tensor_info=info)
+    assert not is_tensor_information(tensor_info=torch.ones(2))

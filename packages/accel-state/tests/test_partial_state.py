@@ -22,7 +22,7 @@ def test_single_process_defaults():
     assert state.backend is None
     assert state.device == torch.device("cpu")
     state.wait_for_everyone()  # a no-op, must not need a process group
-    assert "Distributed environment: NO" in repr(state)
+    assert "Distributed environment: DistributedType.NO" in repr(state)
 
 
 def test_instances_share_one_record_and_reset_clears_it():

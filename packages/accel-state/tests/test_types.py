@@ -12,7 +12,9 @@ def test_tpu_is_an_alias_of_xla():
 def test_members_used_by_the_seeds_exist_and_compare_as_strings():
     for name in ("NO", "MULTI_CPU", "MULTI_GPU", "XLA", "DEEPSPEED", "FSDP", "MEGATRON_LM"):
         assert DistributedType[name] == name
-    assert str(DistributedType.MULTI_CPU) == "MULTI_CPU"
+    assert str(DistributedType.MULTI_CPU) == "DistributedType.MULTI_CPU"  # as Accelerate
+    assert f"{DistributedType.NO}" == "DistributedType.NO"
+    assert DistributedType.MULTI_CPU.value == "MULTI_CPU"
     assert "TPU" not in DistributedType.list()
 
 

@@ -17,7 +17,7 @@ def describe_state() -> dict:
     total = torch.tensor([state.process_index + 1.0])
     dist.all_reduce(total)
     return {
-        "type": str(state.distributed_type),
+        "type": state.distributed_type.value,
         "num_processes": state.num_processes,
         "index": state.process_index,
         "local_index": state.local_process_index,
@@ -221,3 +221,13 @@ def mesh_layouts() -> dict:
     activate(None)
     out["plain_dp"] = (state.data_parallel_size, state.data_parallel_process_index)
     return out
+
+
+def accelerate_members() -> dict[str, object]:
+    state = PartialState()
+    state.set_device()
+    return {
+        "repr_type": f"{state.distributed_type}",
+        "value": state.distributed_type.value,
+        "default_device": str(state.default_device),
+    }

@@ -121,7 +121,7 @@ def main() -> None:
             except (AcceleratorConfigError, PreparationError) as error:
                 errors[label] = f"{type(error).__name__}: {error}"
     report = {
-        "distributed_type": str(accelerator.distributed_type),
+        "distributed_type": accelerator.distributed_type.value,
         "num_processes": world,
         "losses": [losses[s] for s in sorted(losses)],
         "first_step": min(losses),

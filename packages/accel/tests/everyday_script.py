@@ -135,7 +135,7 @@ def main() -> None:
     if accelerator.is_main_process:
         checkpoints = sorted(p.name for p in Path(args.project, "checkpoints").iterdir())
         report = {
-            "distributed_type": str(accelerator.distributed_type),
+            "distributed_type": accelerator.distributed_type.value,
             "num_processes": accelerator.num_processes,
             "first_epoch": first_epoch,
             "eval_losses": {str(epoch): loss for epoch, loss in eval_losses.items()},

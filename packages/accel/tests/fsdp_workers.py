@@ -136,7 +136,7 @@ def train(
         "norms": norms,
         "local": local,
         "total": total,
-        "type": str(accelerator.distributed_type),
+        "type": accelerator.distributed_type.value,
         "model": model,
         "optimizer": optimizer,
     }
@@ -373,4 +373,56 @@ def resume_job(folder: str) -> dict[str, Any]:
         "full_round_trip": accelerator.is_main_process
         and sorted(got) == sorted(expected)
         and all(torch.equal(got[k], expected[k]) for k in expected),
+    }
+
+
+def plugin_fields_job(size: int, steps: int) -> dict[str, Any]:
+    """FSDP2 with activation_checkpointing_offload, and param_init_fn on a meta-device model."""
+    offloaded = train(
+        fresh(
+            fsdp_plugin=plugin(
+                2, activation_checkpointing=True, activation_checkpointing_offload=True
+            )
+        ),
+        steps,
+        size,
+    )
+    wrappers = sorted(
+        {type(m).__name__ for m in offloaded["model"].modules()}
+        & {
+            "OffloadWrapper",
+            "CheckpointWrapper",
+        }
+    )
+    initialized: list[str] = []
+
+    def init(module: torch.nn.Module) -> None:
+        initialized.append(type(module).__name__)
+        module.to_empty(device="cpu", recurse=False)
+        torch.manual_seed(len(initialized))
+        for parameter in module.parameters(recurse=False):
+            torch.nn.init.normal_(parameter, std=0.02)
+        for buffer in module.buffers(recurse=False):
+            buffer.zero_()
+
+    with torch.device("meta"):
+        meta_model = make_model()
+    from_meta = train(
+        # device_placement=False: a meta model cannot be moved; param_init_fn gives it storage.
+        fresh(fsdp_plugin=plugin(2, param_init_fn=init), device_placement=False),
+        steps,
+        size,
+        model=meta_model,
+    )
+    return {
+        "offloaded": _strip(offloaded),
+        "wrappers": wrappers,
+        "initialized": len(initialized),
+        "modules_with_tensors": sum(
+            1
+            for m in make_model().modules()
+            if [*m.parameters(recurse=False), *m.buffers(recurse=False)]
+        ),
+        "meta_left": any(p.is_meta for p in from_meta["model"].parameters()),
+        "from_meta": _strip(from_meta),
     }

@@ -445,6 +445,17 @@ def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_pat
     assert "absent without a recorded reason: accelerate.utils.brand_new" in capsys.readouterr().err
 
 
+def test_coverage_check_fails_on_a_signature_difference_without_a_notes_entry(capsys):
+    script = _coverage_script()
+    undeclared = [script.Entry("accelerate.utils", "brand_new", "differs", "lacks parameters c")]
+    assert script.main(["--check"], collector=lambda: ("9.9", undeclared)) == 1
+    assert "accelerate.utils.brand_new (lacks parameters c)" in capsys.readouterr().err
+    assert script.main([], collector=lambda: ("9.9", undeclared)) == 0  # printing only
+    declared = [script.Entry("Accelerator", "unwrap_model", "differs", "noted")]
+    assert ("Accelerator", "unwrap_model") in script.NOTES
+    assert script.main(["--check"], collector=lambda: ("9.9", declared)) == 0
+
+
 def test_strategy_facts_and_device_map_check_on_one_process():
     accelerator = Accelerator(cpu=True)
     assert accelerator.deepspeed_plugin is None

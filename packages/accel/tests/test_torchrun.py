@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
     sys.stdout.write("RESULT " + json.dumps({
         "rank": accelerator.process_index,
         "num_processes": accelerator.num_processes,
-        "type": str(accelerator.distributed_type),
+        "type": accelerator.distributed_type.value,
         "batches": batches,
         "weights": weights,
     }) + "\\n")  # one write per line: print's separate newline lets ranks interleave

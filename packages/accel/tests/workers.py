@@ -64,7 +64,7 @@ def train_with_accumulation(n: int, batch_size: int, accumulation: int, lr: floa
         "final": [t.tolist() for t in final],
         "violations": violations,
         "num_processes": accelerator.num_processes,
-        "distributed_type": str(accelerator.distributed_type),
+        "distributed_type": accelerator.distributed_type.value,
     }
 
 

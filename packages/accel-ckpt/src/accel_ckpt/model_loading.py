@@ -21,6 +21,7 @@ from torch import nn
 
 from accel_ckpt.checksum import FileRecord
 from accel_ckpt.containment import resolve_inside
+from accel_ckpt.distributed_loading import holds_dtensors, load_with_state_dict_options
 from accel_ckpt.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -256,6 +257,8 @@ def load_checkpoint_in_model(
     keep_in_fp32_modules: list[str] | None = None,
     offload_8bit_bnb: bool = False,
     strict: bool = False,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
     *,
     allow_pickle: bool = False,
     unwrap: Callable[[nn.Module], nn.Module] | None = None,
@@ -283,6 +286,12 @@ def load_checkpoint_in_model(
         offload_8bit_bnb: Refused: quantized loading and offload go through
             :func:`~accel_ckpt.big_modeling.load_and_quantize_model`.
         strict: Raise when keys are missing or unexpected (else unexpected keys are logged).
+        full_state_dict: The files hold full tensors, cut into the local shards of a DTensor
+            (FSDP2, tensor-parallel) model; ``False`` passes them as they are (torch's
+            ``StateDictOptions``). Used without a ``device_map`` on a DTensor model, or with
+            ``broadcast_from_rank0``.
+        broadcast_from_rank0: Only process 0 reads the checkpoint (the path need not exist on
+            the others) and its tensors are broadcast; needs a process group.
         allow_pickle: Allow ``.bin`` files that need arbitrary code to unpickle (trusted files only).
         unwrap: Custom unwrapping function.
 
@@ -311,6 +320,16 @@ def load_checkpoint_in_model(
         )
         dtype = None
     target = unwrap_model(model, unwrap)
+    if device_map is None and (broadcast_from_rank0 or holds_dtensors(target)):
+        missing, unexpected = load_with_state_dict_options(
+            target,
+            lambda: resolve_model_checkpoint(checkpoint).files,
+            strict=strict,
+            allow_pickle=allow_pickle,
+            full_state_dict=full_state_dict,
+            broadcast_from_rank0=broadcast_from_rank0,
+        )
+        return IncompatibleKeys(missing, unexpected)
     source = resolve_model_checkpoint(checkpoint)
     placer = Placer(
         target, device_map, dtype, keep_in_fp32_modules, offload_folder, offload_buffers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -19,7 +20,30 @@ _DEVICE_MODULES = {
     RNGType.MPS: "mps",
     RNGType.NPU: "npu",
     RNGType.XPU: "xpu",
+    RNGType.MLU: "mlu",
+    RNGType.SDAA: "sdaa",
+    RNGType.MUSA: "musa",
+    RNGType.HPU: "hpu",
+    RNGType.NEURON: "neuron",
 }
+
+# Devices accel does not run on (Accelerate's MLU, SDAA, MUSA, HPU, Neuron); naming one for a
+# device that is absent is an error even in a single process.
+_ACCELERATE_ONLY_DEVICES = frozenset(
+    {RNGType.MLU, RNGType.SDAA, RNGType.MUSA, RNGType.HPU, RNGType.NEURON}
+)
+
+
+def _device_module(rng_type: RNGType) -> object:
+    """``torch.<device>`` for ``rng_type``, or a clear error when that device is absent here."""
+    module = getattr(torch, _DEVICE_MODULES[rng_type], None)
+    if module is None or not _device_available(module):
+        raise RNGSyncError(
+            f"rng_type={rng_type.value!r} needs a {rng_type.value.upper()} device, and torch has "
+            f"no available torch.{_DEVICE_MODULES[rng_type]} in this process (its extension is "
+            f"not installed or no device is visible); drop {rng_type.value!r} from rng_types."
+        )
+    return module
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
@@ -74,7 +98,7 @@ def _get_state(rng_type: RNGType, generator: torch.Generator | None) -> torch.Te
         import torch_xla.core.xla_model as xm
 
         return torch.tensor(xm.get_rng_state(), dtype=torch.int64)
-    module = getattr(torch, _DEVICE_MODULES[rng_type])
+    module: Any = _device_module(rng_type)
     return module.get_rng_state()  # type: ignore[no-any-return]
 
 
@@ -89,7 +113,8 @@ def _set_state(rng_type: RNGType, generator: torch.Generator | None, state: torc
 
         xm.set_rng_state(int(state.item()))
     else:
-        getattr(torch, _DEVICE_MODULES[rng_type]).set_rng_state(state)
+        module: Any = _device_module(rng_type)
+        module.set_rng_state(state)
 
 
 def _as_rng_type(rng_type: RNGType | str) -> RNGType:
@@ -123,6 +148,8 @@ def synchronize_rng_state(
     if state.num_processes <= 1:
         if kind == RNGType.GENERATOR and generator is None:
             _get_state(kind, generator)  # same error as in a job
+        if kind in _ACCELERATE_ONLY_DEVICES:
+            _device_module(kind)  # a device that does not exist is an error on one process too
         return
     rng_state = _get_state(kind, generator)
     if state.backend in ("nccl", "xla"):  # these only move device tensors

@@ -79,7 +79,7 @@ def _fork_launch(
     with (
         tempfile.TemporaryDirectory(prefix="accel_notebook_") as log_dir,
         tempfile.TemporaryDirectory(prefix="accel_notebook_departures_") as departures,
-        extended_environ(env),
+        extended_environ({**env, "FORK_LAUNCHED": "1"}),  # PartialState().fork_launched
         _restored_signal_handlers(),
     ):
         config = LaunchConfig(

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = total.item() == 0
     state.print(
         f"accel sanity check: {'all checks passed' if ok else f'{total.item():.0f} check(s) FAILED'} "
-        f"on {state.num_processes} process(es), {state.distributed_type} on {state.device}"
+        f"on {state.num_processes} process(es), {state.distributed_type.value} on {state.device}"
     )
     reset_state()
     return 0 if ok else 1

@@ -19,9 +19,9 @@ from accel_ops.errors import UnsupportedTypeError
 TestType = Callable[[Any], bool]
 
 
-def is_torch_tensor(data: Any) -> TypeGuard[torch.Tensor]:
-    """Whether ``data`` is a ``torch.Tensor`` (subclasses included)."""
-    return isinstance(data, torch.Tensor)
+def is_torch_tensor(tensor: Any) -> TypeGuard[torch.Tensor]:
+    """Whether ``tensor`` is a ``torch.Tensor`` (subclasses included)."""
+    return isinstance(tensor, torch.Tensor)
 
 
 def is_namedtuple(data: Any) -> bool:
@@ -43,9 +43,9 @@ class TensorInformation:
     dtype: torch.dtype
 
 
-def is_tensor_information(data: Any) -> TypeGuard[TensorInformation]:
-    """Whether ``data`` is a :class:`TensorInformation`."""
-    return isinstance(data, TensorInformation)
+def is_tensor_information(tensor_info: Any) -> TypeGuard[TensorInformation]:
+    """Whether ``tensor_info`` is a :class:`TensorInformation`."""
+    return isinstance(tensor_info, TensorInformation)
 
 
 def honor_type(obj: Any, generator: Iterable[Any]) -> Any:

@@ -216,7 +216,7 @@ def _accelerate_fp8_config(environ: Mapping[str, str]) -> dict[str, Any]:
         if not raw:
             continue
         if kind == "bool":
-            config[key] = str_to_bool(raw, name)
+            config[key] = str_to_bool(raw, True, name=name)
         elif kind == "int":
             config[key] = read_int(environ, name)
         else:
@@ -226,7 +226,7 @@ def _accelerate_fp8_config(environ: Mapping[str, str]) -> dict[str, Any]:
     ]
     if any(raw.strip() for raw in overrides):
         config["override_linear_precision"] = [
-            str_to_bool(raw or "false", f"ACCELERATE_FP8_OVERRIDE_{part}")
+            str_to_bool(raw or "false", True, name=f"ACCELERATE_FP8_OVERRIDE_{part}")
             for raw, part in zip(overrides, _ACCELERATE_FP8_OVERRIDES, strict=True)
         ]
     return config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from accel_state.errors import EnvironmentConfigError
 
@@ -13,11 +13,26 @@ _TRUE = {"1", "true", "yes", "y", "on"}
 _FALSE = {"0", "false", "no", "n", "off", ""}
 
 
-def str_to_bool(value: str, name: str = "value") -> bool:
+@overload
+def str_to_bool(value: str, to_bool: Literal[True], *, name: str = "value") -> bool: ...
+
+
+@overload
+def str_to_bool(value: str, to_bool: Literal[False] = False, *, name: str = "value") -> int: ...
+
+
+@overload
+def str_to_bool(value: str, to_bool: bool = False, *, name: str = "value") -> int | bool: ...
+
+
+def str_to_bool(value: str, to_bool: bool = False, *, name: str = "value") -> int | bool:
     """Parse a boolean written as 1/0, true/false, yes/no or on/off (any case).
+
+    As Accelerate's, it returns ``1`` or ``0`` unless ``to_bool=True`` asks for ``True``/``False``.
 
     Args:
         value: The text to parse.
+        to_bool: Return a ``bool`` instead of ``1``/``0``.
         name: What the text is, for the error message (usually the variable name).
 
     Raises:
@@ -26,9 +41,9 @@ def str_to_bool(value: str, name: str = "value") -> bool:
     """
     lowered = value.strip().lower()
     if lowered in _TRUE:
-        return True
+        return True if to_bool else 1
     if lowered in _FALSE:
-        return False
+        return False if to_bool else 0
     raise EnvironmentConfigError(
         f"{name}={value!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off."
     )
@@ -68,7 +83,7 @@ def read_bool(environ: Mapping[str, str], name: str, default: bool = False) -> b
     raw = environ.get(name)
     if raw is None:
         return default
-    return str_to_bool(raw, name)
+    return str_to_bool(raw, True, name=name)
 
 
 def read_choice(environ: Mapping[str, str], name: str, choices: list[str], default: str) -> str:

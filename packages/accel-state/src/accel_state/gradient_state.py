@@ -96,6 +96,14 @@ class GradientState:
         """Whether a prepared dataloader is being iterated."""
         return self.active_dataloader is not None
 
+    @property
+    def dataloader_references(self) -> list[Any]:
+        """``None`` followed by the dataloaders being iterated, outermost first (as Accelerate).
+
+        The last entry is :attr:`active_dataloader`.
+        """
+        return [None, *(loader for ref in self._dataloader_refs if (loader := ref()) is not None)]
+
     def add_dataloader(self, dataloader: Any) -> None:
         """Record that ``dataloader`` started iterating."""
         self._dataloader_refs.append(weakref.ref(dataloader))

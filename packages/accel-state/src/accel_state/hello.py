@@ -21,14 +21,14 @@ def main() -> int:
         dist.all_reduce(total)
     expected = state.num_processes * (state.num_processes - 1) / 2
     print(
-        f"[rank {state.process_index}] {state.distributed_type} on {state.device}, "
+        f"[rank {state.process_index}] {state.distributed_type.value} on {state.device}, "
         f"{state.num_processes} processes",
         flush=True,
     )
     state.wait_for_everyone()
     ok = float(total.item()) == expected
     state.print(
-        f"hello from {state.num_processes} processes ({state.distributed_type}, backend "
+        f"hello from {state.num_processes} processes ({state.distributed_type.value}, backend "
         f"{state.backend}): rank sum {total.item():.0f} {'ok' if ok else 'WRONG'}"
     )
     reset_state()

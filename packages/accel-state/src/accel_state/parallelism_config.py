@@ -48,7 +48,7 @@ def _from_variable(key: str, raw: str, kind: type) -> Any:
     """A ``PARALLELISM_CONFIG_*`` value as ``kind``, or an error naming the variable."""
     name = parallelism_variable(key)
     if kind is bool:
-        return str_to_bool(raw, name)
+        return str_to_bool(raw, True, name=name)
     if kind is int:
         try:
             return int(raw)

@@ -136,6 +136,38 @@ class PartialState:
         return self._shared_state["device"]  # type: ignore[no-any-return]
 
     @property
+    def default_device(self) -> torch.device:
+        """The best device this machine offers (an accelerator if one is visible, else the CPU).
+
+        Unlike :attr:`device` it ignores ``cpu=True`` and the process's local rank.
+        """
+        for name in ("mps", "cuda", "npu", "xpu", "mlu", "sdaa", "musa", "hpu"):
+            module = getattr(torch, name, None)
+            is_available = getattr(module, "is_available", None)
+            if callable(is_available) and is_available():
+                return torch.device(name)
+        return torch.device("cpu")
+
+    @property
+    def fork_launched(self) -> bool:
+        """Whether this process is a worker forked by ``notebook_launcher`` (``FORK_LAUNCHED``)."""
+        return os.environ.get("FORK_LAUNCHED", "0").strip().lower() in ("1", "true", "yes", "on")
+
+    def set_device(self) -> None:
+        """Make :attr:`device` the current device of its torch backend (nothing on the CPU)."""
+        device = self.device
+        if device.type in ("cpu", "meta"):
+            return
+        module = getattr(torch, device.type, None)
+        set_current = getattr(module, "set_device", None)
+        if not callable(set_current):
+            raise StateConflictError(
+                f"PartialState.set_device(): torch.{device.type} has no set_device, so device "
+                f"{device} cannot be made current; select it with torch.device instead."
+            )
+        set_current(device if device.index is not None else torch.device(device.type, 0))
+
+    @property
     def backend(self) -> str | None:
         """The communication backend, or ``None`` for a single process."""
         return self._shared_state["backend"]  # type: ignore[no-any-return]

@@ -5,6 +5,19 @@ from __future__ import annotations
 from enum import Enum
 
 
+class _NamedStrEnum(str, Enum):
+    """A string enum that compares equal to its value and prints as ``Class.MEMBER``.
+
+    Accelerate's ``DistributedType`` and ``ComputeEnvironment`` print this way
+    (``str(DistributedType.NO) == "DistributedType.NO"``); use ``.value`` for the bare name.
+    """
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """Return the values of all members, aliases excluded."""
+        return [member.value for member in cls]
+
+
 class _StrEnum(str, Enum):
     """A string enum that compares equal to its value and prints as it."""
 
@@ -17,7 +30,7 @@ class _StrEnum(str, Enum):
         return [member.value for member in cls]
 
 
-class DistributedType(_StrEnum):
+class DistributedType(_NamedStrEnum):
     """How the current job is distributed.
 
     ``TPU`` is accepted as an alias of ``XLA`` (``DistributedType.TPU is DistributedType.XLA``).
@@ -68,14 +81,19 @@ class RNGType(_StrEnum):
 
     TORCH = "torch"
     CUDA = "cuda"
-    XLA = "xla"
-    MPS = "mps"
+    MLU = "mlu"
+    SDAA = "sdaa"
+    MUSA = "musa"
     NPU = "npu"
+    XLA = "xla"
     XPU = "xpu"
+    HPU = "hpu"
+    NEURON = "neuron"
+    MPS = "mps"
     GENERATOR = "generator"
 
 
-class ComputeEnvironment(_StrEnum):
+class ComputeEnvironment(_NamedStrEnum):
     """Where the job runs, as written in launcher config files."""
 
     LOCAL_MACHINE = "LOCAL_MACHINE"

@@ -86,13 +86,13 @@ class Accelerator(
         log_with: Experiment trackers: ``"jsonl"``, ``"csv"``, ``"tensorboard"``, ``"wandb"``,
             ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
             :mod:`accel.tracking`).
-        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin`; default: the launcher's DeepSpeed settings.
+        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin`, or a dict of named plugins (first
+            selected; see :mod:`accel.deepspeed_plugins`); default: the launcher's settings.
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dynamo_plugin: Full ``torch.compile`` settings; exclusive with ``dynamo_backend``.
-        deepspeed_plugins: Accelerate's name for one DeepSpeed plugin (a dict of several
-            plugins is not supported).
+        deepspeed_plugins: Accelerate's other name for ``deepspeed_plugin``.
         parallelism_config: A :class:`~accel.ParallelismConfig`: N-D parallelism on one device
             mesh (HSDP, tensor and context parallelism with FSDP2); default: the launcher's
             (``--use_parallelism_config``). See :mod:`accel.parallelism`.
@@ -363,7 +363,10 @@ class Accelerator(
         return self._remember(scheduler, prepared)  # type: ignore[no-any-return]
 
     def prepare_data_loader(
-        self, data_loader: torch.utils.data.DataLoader[Any], device_placement: bool | None = None
+        self,
+        data_loader: torch.utils.data.DataLoader[Any],
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
     ) -> Any:
         """Shard ``data_loader`` across processes (see :func:`accel_data.prepare_data_loader`)."""
         existing = self._already_prepared(data_loader)
@@ -381,6 +384,7 @@ class Accelerator(
             rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch,
             use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,
@@ -512,21 +516,12 @@ def _refuse_unsupported(**arguments: Any) -> None:
 
 
 def _single_deepspeed_plugin(plugin: Any, plugins: Any) -> Any:
-    """``deepspeed_plugin`` or Accelerate's ``deepspeed_plugins`` (one plugin, not a dict)."""
-    if plugins is None:
-        return plugin
-    if plugin is not None:
+    """``deepspeed_plugin`` or Accelerate's ``deepspeed_plugins`` (a plugin or a dict of them)."""
+    if plugins is not None and plugin is not None:
         raise AcceleratorConfigError(
             "deepspeed_plugin and deepspeed_plugins were both given; pass one of them."
         )
-    if isinstance(plugins, dict):
-        if len(plugins) != 1:
-            raise UnsupportedFeatureError(
-                f"Accelerator(deepspeed_plugins={{{', '.join(map(repr, plugins))}}}): several "
-                "DeepSpeed plugins in one Accelerator are not supported by accel; pass one."
-            )
-        return next(iter(plugins.values()))
-    return plugins
+    return plugins if plugins is not None else plugin
 
 
 def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandler]:

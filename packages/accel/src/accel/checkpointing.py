@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from accel.errors import AcceleratorConfigError
 from accel.job_facts import JobFactsMixin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
@@ -161,7 +162,12 @@ class CheckpointingMixin(JobFactsMixin):
             )
 
     def load_state(
-        self, input_dir: PathLike | None = None, strict: bool = True, allow_pickle: bool = False
+        self,
+        input_dir: PathLike | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        strict: bool = True,
+        allow_pickle: bool = False,
+        **load_model_func_kwargs: Any,
     ) -> None:
         """Restore what :meth:`save_state` saved into the prepared objects (call on every process).
 
@@ -170,10 +176,21 @@ class CheckpointingMixin(JobFactsMixin):
 
         Args:
             input_dir: Checkpoint folder; ``None`` takes the newest complete automatically named one.
+            load_kwargs: ``torch.load`` arguments for the pickled states, as in Accelerate:
+                ``map_location`` and ``weights_only`` (``False`` is ``allow_pickle=True``).
             strict: Model keys must match exactly.
             allow_pickle: Trust pickled files (``.bin``/``.pkl``, which can run code when loaded):
                 those of an Accelerate checkpoint, or states saved with pickle. Default: refuse.
+            **load_model_func_kwargs: Arguments of the model loading function; accel's takes
+                ``strict`` only (given here or above).
+
+        Raises:
+            AcceleratorConfigError: An argument of ``load_kwargs`` or ``load_model_func_kwargs``
+                that accel's loader does not take.
         """
+        map_location, allow_pickle, strict = _loading_options(
+            load_kwargs, load_model_func_kwargs, allow_pickle=allow_pickle, strict=strict
+        )
         with record("load_state"):
             models, optimizers, sharded = self.strategy.checkpoint_split(
                 self._models, self._optimizers
@@ -188,6 +205,7 @@ class CheckpointingMixin(JobFactsMixin):
                 scaler=self.scaler,
                 strict=strict,
                 allow_pickle=allow_pickle,
+                map_location=map_location,
             )
         self.step = int(loaded.metadata.get("step", 0))
         self.precision.state_loaded()
@@ -207,3 +225,32 @@ class CheckpointingMixin(JobFactsMixin):
         Every process must see the same folder (a shared file system).
         """
         return self.checkpointer.latest_checkpoint()
+
+
+_TORCH_LOAD_KEYS = ("map_location", "weights_only")
+
+
+def _loading_options(
+    load_kwargs: dict[str, Any] | None,
+    model_kwargs: dict[str, Any],
+    *,
+    allow_pickle: bool,
+    strict: bool,
+) -> tuple[Any, bool, bool]:
+    """``(map_location, allow_pickle, strict)`` from Accelerate-style ``load_state`` arguments."""
+    load_kwargs = dict(load_kwargs or {})
+    unknown = sorted(set(load_kwargs) - set(_TORCH_LOAD_KEYS))
+    if unknown:
+        raise AcceleratorConfigError(
+            f"load_state(load_kwargs={load_kwargs!r}): accel's loader takes only "
+            f"{list(_TORCH_LOAD_KEYS)} from torch.load's arguments, not {unknown}."
+        )
+    extra = sorted(set(model_kwargs) - {"strict"})
+    if extra:
+        raise AcceleratorConfigError(
+            f"load_state(**{ {key: model_kwargs[key] for key in extra} }): the model loading "
+            "function takes only strict=; drop the others."
+        )
+    if load_kwargs.get("weights_only") is False:
+        allow_pickle = True
+    return load_kwargs.get("map_location"), allow_pickle, bool(model_kwargs.get("strict", strict))

@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,6 +51,7 @@ LAUNCHER_KEYS = {
     "fsdp_cpu_ram_efficient_loading": "cpu_ram_efficient_loading",
     "fsdp_sync_module_states": "sync_module_states",
     "fsdp_activation_checkpointing": "activation_checkpointing",
+    "fsdp_activation_checkpointing_offload": "activation_checkpointing_offload",
 }
 
 _DEFAULTS: dict[str, Any] = {
@@ -63,6 +64,7 @@ _DEFAULTS: dict[str, Any] = {
     "sync_module_states": True,
     "forward_prefetch": False,
     "activation_checkpointing": False,
+    "activation_checkpointing_offload": False,
     "cpu_ram_efficient_loading": False,
     "limit_all_gathers": True,
     "min_num_params": 100_000_000,
@@ -98,6 +100,16 @@ class FullyShardedDataParallelPlugin:
             rank 0 either way).
         limit_all_gathers: FSDP1 rate limiter.
         ignored_modules: Modules FSDP leaves alone.
+        state_dict_config: torch's ``FullStateDictConfig`` or ``ShardedStateDictConfig``: with
+            ``state_dict_type`` unset, it picks ``FULL_STATE_DICT`` or ``SHARDED_STATE_DICT``
+            (a different ``state_dict_type`` is an error).
+        optim_state_dict_config: torch's ``FullOptimStateDictConfig`` or
+            ``ShardedOptimStateDictConfig``, read the same way (it must agree).
+        param_init_fn: Called on each sub-module that still has meta-device tensors, to give
+            them storage and values: FSDP1's ``param_init_fn``; under FSDP2 applied before
+            ``fully_shard``.
+        activation_checkpointing_offload: With ``activation_checkpointing`` under FSDP2, also
+            keep each checkpointed layer's saved input on the CPU until backward.
     """
 
     fsdp_version: int | None = None
@@ -117,6 +129,10 @@ class FullyShardedDataParallelPlugin:
     cpu_ram_efficient_loading: bool | None = None
     limit_all_gathers: bool | None = None
     ignored_modules: Any = None
+    state_dict_config: Any = None
+    optim_state_dict_config: Any = None
+    param_init_fn: Callable[[torch.nn.Module], None] | None = None
+    activation_checkpointing_offload: bool | None = None
 
     def resolved(self, launcher: Mapping[str, Any] | None = None) -> FSDPSettings:
         """Combine with the launcher's ``fsdp_config`` and defaults, and validate.
@@ -138,6 +154,17 @@ class FullyShardedDataParallelPlugin:
         version_unset = self.fsdp_version is None and "fsdp_version" not in (launcher or {})
         if version_unset and _is_fsdp1_sharding_strategy(self.sharding_strategy):
             values["fsdp_version"] = 1
+        type_unset = self.state_dict_type is None and "fsdp_state_dict_type" not in (launcher or {})
+        implied = _state_dict_type_of_configs(self.state_dict_config, self.optim_state_dict_config)
+        if implied is not None:
+            if type_unset:
+                values["state_dict_type"] = implied
+            elif _choice("state_dict_type", values["state_dict_type"], STATE_DICT_TYPES) != implied:
+                raise AcceleratorConfigError(
+                    f"state_dict_type={values['state_dict_type']!r} but state_dict_config / "
+                    f"optim_state_dict_config are {implied} configs; make them agree (or leave "
+                    "state_dict_type unset)."
+                )
         return _validate(values)
 
     def set_auto_wrap_policy(self, model: torch.nn.Module) -> None:
@@ -186,6 +213,8 @@ class FSDPSettings:
     activation_checkpointing: bool
     limit_all_gathers: bool
     ignored_modules: Any
+    param_init_fn: Callable[[torch.nn.Module], None] | None = None
+    activation_checkpointing_offload: bool = False
 
 
 def _is_fsdp1_sharding_strategy(value: Any) -> bool:
@@ -308,7 +337,63 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
         ),
         limit_all_gathers=_flag("limit_all_gathers", values["limit_all_gathers"]),
         ignored_modules=values.get("ignored_modules"),
+        param_init_fn=_param_init_fn(values.get("param_init_fn")),
+        activation_checkpointing_offload=_checkpoint_offload(values, version),
     )
+
+
+def _param_init_fn(value: Any) -> Callable[[torch.nn.Module], None] | None:
+    if value is not None and not callable(value):
+        raise AcceleratorConfigError(
+            f"param_init_fn={value!r}: pass a function taking a module (such as "
+            "lambda module: module.to_empty(device=..., recurse=False)), or None."
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def _checkpoint_offload(values: Mapping[str, Any], version: int) -> bool:
+    offload = _flag("activation_checkpointing_offload", values["activation_checkpointing_offload"])
+    if offload and not _flag("activation_checkpointing", values["activation_checkpointing"]):
+        raise AcceleratorConfigError(
+            "activation_checkpointing_offload=True needs activation_checkpointing=True (only "
+            "checkpointed layers' inputs are offloaded)."
+        )
+    if offload and version != 2:
+        raise AcceleratorConfigError(
+            "activation_checkpointing_offload=True needs fsdp_version=2 (as in Accelerate)."
+        )
+    return offload
+
+
+_CONFIG_TYPES = {
+    "FullStateDictConfig": "FULL_STATE_DICT",
+    "FullOptimStateDictConfig": "FULL_STATE_DICT",
+    "ShardedStateDictConfig": "SHARDED_STATE_DICT",
+    "ShardedOptimStateDictConfig": "SHARDED_STATE_DICT",
+    "LocalStateDictConfig": "LOCAL_STATE_DICT",
+    "LocalOptimStateDictConfig": "LOCAL_STATE_DICT",
+}
+
+
+def _state_dict_type_of_configs(*configs: Any) -> str | None:
+    """The state-dict type torch's (optim) state-dict config objects stand for, else None."""
+    kinds = set()
+    for config in configs:
+        if config is None:
+            continue
+        kind = _CONFIG_TYPES.get(type(config).__name__)
+        if kind is None:
+            raise AcceleratorConfigError(
+                f"state_dict_config/optim_state_dict_config={config!r}: pass one of torch's "
+                f"{sorted(_CONFIG_TYPES)} (torch.distributed.fsdp), or None."
+            )
+        kinds.add(kind)
+    if len(kinds) > 1:
+        raise AcceleratorConfigError(
+            f"state_dict_config and optim_state_dict_config stand for different types "
+            f"({sorted(kinds)}); use Full* for both or Sharded* for both."
+        )
+    return kinds.pop() if kinds else None
 
 
 def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype | None]:

@@ -132,7 +132,21 @@ class AutocastKwargs(KwargsHandler):
 
 
 class DynamoBackend(str, enum.Enum):
-    """``torch.compile`` backends by Accelerate's names (``NO`` disables compilation)."""
+    """``torch.compile`` backends by Accelerate's names (``NO`` disables compilation).
+
+    Prints as its value (``str(DynamoBackend.INDUCTOR) == "INDUCTOR"``), as in Accelerate.
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """Return the values of all members."""
+        return [str(member.value) for member in cls]
 
     NO = "NO"
     EAGER = "EAGER"

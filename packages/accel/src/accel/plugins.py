@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -33,3 +34,7 @@ class GradientAccumulationPlugin:
     def to_kwargs(self) -> dict[str, Any]:
         """All fields as a dictionary (what ``GradientState`` takes)."""
         return dataclasses.asdict(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A copy of every field, as Accelerate's ``KwargsHandler.to_dict``."""
+        return copy.deepcopy(dict(vars(self)))

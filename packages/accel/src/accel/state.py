@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from accel.deepspeed_plugins import DeepSpeedPluginsMixin, split_deepspeed_plugins
 from accel.errors import AcceleratorConfigError, StateResetError
 from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_state import (
@@ -41,7 +42,7 @@ def _surviving_partial_state() -> PartialState | None:
     return PartialState() if PartialState._shared_state else None
 
 
-class AcceleratorState:
+class AcceleratorState(DeepSpeedPluginsMixin):
     """Process-wide training settings: precision, compilation, sharding plugins.
 
     Built on :class:`~accel_state.PartialState`, whose attributes it exposes as well.
@@ -50,7 +51,8 @@ class AcceleratorState:
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; ``None`` keeps the launcher's.
         cpu: Force the CPU.
         dynamo_plugin: ``torch.compile`` settings.
-        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin` (ZeRO settings).
+        deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin` (ZeRO settings), or a dict of named
+            plugins (the first is selected; see :mod:`accel.deepspeed_plugins`).
         fsdp_plugin: FSDP settings (strategy lands with the FSDP issue).
         backend: Communication backend for the process group.
         timeout: Process-group timeout.
@@ -93,7 +95,9 @@ class AcceleratorState:
                 )
             return
         contract = partial.contract
+        deepspeed_plugin, deepspeed_plugins = split_deepspeed_plugins(deepspeed_plugin, None)
         self._shared_state.update(
+            deepspeed_plugins=deepspeed_plugins,
             partial=partial,
             mixed_precision=requested if requested is not None else contract.mixed_precision,
             dynamo_plugin=dynamo_plugin

@@ -57,6 +57,7 @@ class TrackersMixin(ProcessControlMixin):
             if tracker.main_process_only and not self.is_main_process:
                 continue
             self.trackers.append(tracker)
+            tracker.start()
             if config is not None:
                 tracker.store_init_configuration(config)
 

@@ -28,8 +28,23 @@ from accel.tracker_packages import (
 )
 
 
-class LoggerType(str, enum.Enum):
-    """Names of the built-in trackers (``ALL`` picks every one that can run here)."""
+class LoggerType(enum.Enum):
+    """Names of the built-in trackers (``ALL`` picks every one that can run here).
+
+    As in Accelerate, a member prints as its value (``str(LoggerType.WANDB) == "wandb"``) but is
+    not a string: compare ``member.value`` (or ``str(member)``) with a tracker name.
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return format(str(self.value), format_spec)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """Return the values of all members."""
+        return [str(member) for member in cls]
 
     ALL = "all"
     JSONL = "jsonl"
@@ -60,6 +75,13 @@ class GeneralTracker(abc.ABC):
     def tracker(self) -> Any:
         """The underlying object (writer, run...) this tracker drives."""
         return self
+
+    def start(self) -> None:  # noqa: B027
+        """Open the run (optional): ``Accelerator.init_trackers`` calls it before storing the config.
+
+        Override it to create the run lazily, after the process group exists; the built-in
+        trackers open theirs in ``__init__`` and keep this default, which does nothing.
+        """
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:  # noqa: B027
         """Record the run's hyper-parameters (optional; the default keeps nothing)."""

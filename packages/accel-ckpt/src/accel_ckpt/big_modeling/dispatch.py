@@ -491,6 +491,8 @@ def load_checkpoint_and_dispatch(
     preload_module_classes: list[str] | None = None,
     force_hooks: bool = False,
     strict: bool = False,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
 ) -> nn.Module:
     """Load a checkpoint into a (usually empty) model, tensor by tensor, and dispatch it.
 
@@ -517,6 +519,8 @@ def load_checkpoint_and_dispatch(
         preload_module_classes: Classes whose offloaded sub-module weights load at once.
         force_hooks: Hook the model even when it all lands on one device.
         strict: Raise on any missing or unexpected key.
+        full_state_dict: As for :func:`~accel_ckpt.load_checkpoint_in_model` (DTensor models).
+        broadcast_from_rank0: As for :func:`~accel_ckpt.load_checkpoint_in_model`.
 
     Returns:
         The dispatched model (``model.hf_device_map`` holds the plan).
@@ -560,6 +564,8 @@ def load_checkpoint_and_dispatch(
         offload_state_dict=bool(offload_state_dict),
         offload_buffers=offload_buffers,
         strict=strict,
+        full_state_dict=full_state_dict,
+        broadcast_from_rank0=broadcast_from_rank0,
     )
     _check_loaded(model, planned or {}, keys.missing_keys, keys.unexpected_keys)
     if planned is None:

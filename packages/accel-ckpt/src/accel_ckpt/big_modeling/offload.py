@@ -84,7 +84,7 @@ def read_offload_index(offload_folder: PathLike) -> dict[str, dict[str, object]]
     return index
 
 
-def load_offloaded_weight(path: PathLike, weight_info: Mapping[str, object]) -> torch.Tensor:
+def load_offloaded_weight(weight_file: PathLike, weight_info: Mapping[str, object]) -> torch.Tensor:
     """Read one ``.dat`` file into a new CPU tensor of the recorded dtype and shape.
 
     Raises:
@@ -96,23 +96,23 @@ def load_offloaded_weight(path: PathLike, weight_info: Mapping[str, object]) -> 
     shape = [int(d) for d in weight_info["shape"]]  # type: ignore[attr-defined]
     tensor = empty_released(shape, dtype)
     view = tensor_bytes(tensor)
-    if not os.path.exists(path):
+    if not os.path.exists(weight_file):
         raise CheckpointNotFoundError(
-            f"The offloaded weight {os.fspath(path)} is missing; the offload folder was changed "
+            f"The offloaded weight {os.fspath(weight_file)} is missing; the offload folder was changed "
             "after loading. Load the checkpoint again."
         )
-    with open(path, "rb", buffering=0) as handle:
+    with open(weight_file, "rb", buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size != len(view):
             raise CorruptCheckpointError(
-                f"{os.fspath(path)} has {size} bytes but its index says {dtype} {shape} "
+                f"{os.fspath(weight_file)} has {size} bytes but its index says {dtype} {shape} "
                 f"({len(view)} bytes). Load the checkpoint again."
             )
         got = 0
         while got < len(view):
             count = handle.readinto(view[got:])
             if not count:
-                raise CorruptCheckpointError(f"{os.fspath(path)} ended early.")
+                raise CorruptCheckpointError(f"{os.fspath(weight_file)} ended early.")
             got += count
     return tensor
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,6 +64,10 @@ def set_module_tensor_to_device(
     device: int | str | torch.device,
     value: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
+    fp16_statistics: torch.Tensor | None = None,
+    tied_params_map: dict[int, dict[Any, torch.Tensor]] | None = None,
+    non_blocking: bool = False,
+    clear_cache: bool = True,
 ) -> None:
     """Put a parameter or buffer of ``module`` on ``device``, optionally with a new value.
 
@@ -76,6 +81,13 @@ def set_module_tensor_to_device(
         device: Target device (``"meta"`` drops the data).
         value: New data; ``None`` moves the current data (impossible from ``meta``).
         dtype: Cast floating-point values to this dtype.
+        fp16_statistics: Quantization statistics of an 8-bit weight, stored as the new
+            parameter's ``SCB`` attribute (bitsandbytes' ``Int8Params``) on ``device``.
+        tied_params_map: ``{data_ptr: {device: tensor}}`` of tied weights already placed: a
+            tensor whose source ``data_ptr`` is there with ``device`` reuses that tensor, and a
+            newly placed one is recorded, so tied weights share one copy per device.
+        non_blocking: Copy asynchronously (``Tensor.to(non_blocking=True)``).
+        clear_cache: Empty the target accelerator's cache after the move (not on cpu/meta).
 
     Raises:
         InvalidArgumentError: No such tensor, or moving a meta tensor without a ``value``.
@@ -85,6 +97,14 @@ def set_module_tensor_to_device(
     is_param = leaf in owner._parameters
     old = owner._parameters[leaf] if is_param else owner._buffers[leaf]
     assert old is not None
+    source_ptr = (value if value is not None else old).data_ptr()
+    if tied_params_map is not None and device in tied_params_map.get(source_ptr, {}):
+        placed = tied_params_map[source_ptr][device]
+        if is_param:
+            owner._parameters[leaf] = placed  # type: ignore[assignment]
+        else:
+            owner._buffers[leaf] = placed
+        return
     target = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     if value is None:
         if old.device.type == "meta" and target.type != "meta":
@@ -102,14 +122,27 @@ def set_module_tensor_to_device(
             f"Cannot set {tensor_name!r}: value has shape {list(value.shape)}, the module "
             f"{list(old.shape)}."
         )
-    new = value.to(device=target, dtype=resolved if value.is_floating_point() else None)
+    new = value.to(
+        device=target,
+        dtype=resolved if value.is_floating_point() else None,
+        non_blocking=non_blocking,
+    )
     if is_param:
         param_cls = type(old) if isinstance(old, nn.Parameter) else nn.Parameter
         if not isinstance(new, nn.Parameter) or new.device != value.device:
             new = param_cls(new.detach(), requires_grad=old.requires_grad)
+        if fp16_statistics is not None:
+            new.SCB = fp16_statistics.to(target, non_blocking=non_blocking)  # type: ignore[attr-defined]
         owner._parameters[leaf] = new  # type: ignore[assignment]
     else:
-        owner._buffers[leaf] = new.detach()
+        new = new.detach()
+        owner._buffers[leaf] = new
+    if clear_cache and target.type not in ("cpu", "meta"):
+        empty_cache = getattr(getattr(torch, target.type, None), "empty_cache", None)
+        if callable(empty_cache):
+            empty_cache()
+    if tied_params_map is not None and source_ptr in tied_params_map:
+        tied_params_map[source_ptr].setdefault(device, new)
 
 
 def find_tied_parameters(model: nn.Module) -> list[list[str]]:

@@ -90,6 +90,8 @@ class DeepSpeedStrategy(ModelStrategy):
         steps = accumulation_steps(plugin, gradient_state.num_steps)
         gradient_state.plugin_kwargs["num_steps"] = steps
         self.engine: Any = None
+        # Inference engines built under another selected plugin (see accel.deepspeed_plugins).
+        self.inference_engines: list[Any] = []
         self._unzero_norm: float | None = None
 
     # ------------------------------------------------------------------ prepare
@@ -124,6 +126,9 @@ class DeepSpeedStrategy(ModelStrategy):
                 and not isinstance(obj, DeepSpeedSchedulerWrapper)
             )
         ]
+        selected = _selected_plugin(self.plugin)
+        if self.engine is not None and selected is not self.plugin and not optimizers:
+            return self._prepare_inference(prepared, selected)
         if not models:
             if optimizers:
                 raise PreparationError(
@@ -143,7 +148,9 @@ class DeepSpeedStrategy(ModelStrategy):
                 "Prepare each model once, with its optimizer, in one call."
             )
         result = list(prepared)
+        self.plugin = selected
         engine, optimizer, scheduler = self._initialize(
+            self.plugin,
             prepared[models[0]],
             prepared[optimizers[0]] if optimizers else None,
             prepared[schedulers[0]] if schedulers else None,
@@ -165,17 +172,47 @@ class DeepSpeedStrategy(ModelStrategy):
                 current.optimizers = [optimizer]
         return result
 
+    def _prepare_inference(self, prepared: list[Any], plugin: DeepSpeedPlugin) -> list[Any]:
+        """Models prepared (without an optimizer) under another selected plugin: inference engines.
+
+        The training engine stays the one ``backward`` and ``save_state`` use.
+        """
+        result = list(prepared)
+        for index, obj in enumerate(prepared):
+            if isinstance(obj, torch.nn.Module) and not is_engine(obj):
+                engine, _, _ = self._initialize(
+                    plugin, obj, None, None, [], self._training_micro_batch(), training=False
+                )
+                self.inference_engines.append(engine)
+                result[index] = engine
+        return result
+
+    def _training_micro_batch(self) -> int | None:
+        micro = getattr(self.engine, "train_micro_batch_size_per_gpu", None)
+        return int(micro()) if callable(micro) else None
+
     def _initialize(
-        self, model: torch.nn.Module, optimizer: Any, scheduler: Any, dataloaders: Sequence[Any]
+        self,
+        plugin: DeepSpeedPlugin,
+        model: torch.nn.Module,
+        optimizer: Any,
+        scheduler: Any,
+        dataloaders: Sequence[Any],
+        micro_batch: int | None = None,
+        *,
+        training: bool = True,
     ) -> tuple[Any, Any, Any]:
         if self.state.device.type == "cpu":  # DeepSpeed's CPU accelerator (gloo, C++ CPU ops)
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         deepspeed = import_deepspeed()
-        micro = None
-        if dataloaders:
-            total = getattr(dataloaders[0], "total_batch_size", None)
-            if total is not None:
-                micro = max(1, int(total) // self.state.num_processes)
+        per_process = [
+            max(1, int(total) // self.state.num_processes)
+            for loader in dataloaders
+            if (total := getattr(loader, "total_batch_size", None)) is not None
+        ]
+        # Several dataloaders (train and eval): the plugin picks the smallest or the largest.
+        pick = min if plugin.is_train_batch_min else max
+        micro = pick(per_process) if per_process else micro_batch
         known = KnownValues(
             micro_batch_size=micro,
             gradient_accumulation_steps=GradientState().num_steps,
@@ -184,8 +221,8 @@ class DeepSpeedStrategy(ModelStrategy):
         )
         dummy_optimizer = optimizer if isinstance(optimizer, DummyOptim) else None
         dummy_scheduler = scheduler if isinstance(scheduler, DummyScheduler) else None
-        config = resolve_config(self.plugin, known, dummy_optimizer, dummy_scheduler)
-        self.plugin._resolved = config
+        config = resolve_config(plugin, known, dummy_optimizer, dummy_scheduler)
+        plugin._resolved = config
         kwargs: dict[str, Any] = {"model": model, "config": config}
         if isinstance(optimizer, AcceleratedOptimizer):
             kwargs["optimizer"] = optimizer.optimizer
@@ -195,7 +232,8 @@ class DeepSpeedStrategy(ModelStrategy):
             kwargs["lr_scheduler"] = dummy_scheduler.lr_scheduler_callable
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
-        self.engine = engine
+        if training:  # inference engines (another plugin) stay out of backward and save_state
+            self.engine = engine
         wrapper = (
             None
             if engine_optimizer is None
@@ -204,8 +242,9 @@ class DeepSpeedStrategy(ModelStrategy):
         return engine, wrapper, engine_scheduler
 
     def free_memory(self) -> None:
-        """Drop the engine, so the next ``prepare`` may build a new one."""
+        """Drop the engines, so the next ``prepare`` may build a new one."""
         self.engine = None
+        self.inference_engines = []
 
     # ------------------------------------------------------------------ training step
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
@@ -269,7 +308,11 @@ class DeepSpeedStrategy(ModelStrategy):
         """The engine's model and optimizer go through ``engine.save_checkpoint`` (every rank)."""
         if self.engine is None:
             return list(models), list(optimizers), []
-        plain_models = [model for model in models if model is not self.engine]
+        plain_models = [
+            model
+            for model in models
+            if model is not self.engine and not any(model is e for e in self.inference_engines)
+        ]
         plain_optimizers = [
             optimizer
             for optimizer in optimizers
@@ -365,3 +408,11 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _selected_plugin(default: DeepSpeedPlugin) -> DeepSpeedPlugin:
+    """The plugin selected on the ``AcceleratorState`` now (several plugins), else ``default``."""
+    from accel.state import AcceleratorState
+
+    selected = AcceleratorState._shared_state.get("deepspeed_plugin")
+    return selected if isinstance(selected, DeepSpeedPlugin) else default

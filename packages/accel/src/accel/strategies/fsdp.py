@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -84,8 +83,10 @@ class FSDPStrategy(ModelStrategy):
             _broadcast_from_rank0(model)
         layers = self._layers(model)
         if self.fsdp.activation_checkpointing:
-            _checkpoint_activations(model, layers)
+            _checkpoint_activations(model, layers, self.fsdp.activation_checkpointing_offload)
         if self.fsdp.fsdp_version == 2:
+            if self.fsdp.param_init_fn is not None:
+                initialize_meta_modules(model, self.fsdp.param_init_fn)
             wrapped = self._fully_shard(model, layers)
         else:
             wrapped = self._fsdp1(model, layers)
@@ -205,6 +206,7 @@ class FSDPStrategy(ModelStrategy):
             use_orig_params=self.fsdp.use_orig_params,
             ignored_modules=self.fsdp.ignored_modules,
             device_id=device,
+            param_init_fn=self.fsdp.param_init_fn,
         )
         return wrapped
 
@@ -465,8 +467,23 @@ def _broadcast_from_rank0(model: torch.nn.Module) -> None:
             dist.broadcast(tensor.data, src=0)
 
 
-def _checkpoint_activations(model: torch.nn.Module, layers: list[torch.nn.Module]) -> None:
+def initialize_meta_modules(
+    model: torch.nn.Module, param_init_fn: Callable[[torch.nn.Module], None]
+) -> None:
+    """Call ``param_init_fn`` on each sub-module with meta-device tensors of its own, innermost first."""
+    for module in _post_order(model):
+        own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+        if any(tensor.is_meta for tensor in own):
+            param_init_fn(module)
+
+
+def _checkpoint_activations(
+    model: torch.nn.Module, layers: list[torch.nn.Module], offload: bool = False
+) -> None:
     """Recompute the activations of ``layers`` in backward instead of storing them.
+
+    With ``offload`` each checkpointed layer's saved input waits on the CPU until backward
+    (torch's ``offload_wrapper`` around the checkpoint wrapper).
 
     Raises:
         AcceleratorConfigError: No layers are wrapped, so nothing would be checkpointed.
@@ -480,11 +497,16 @@ def _checkpoint_activations(model: torch.nn.Module, layers: list[torch.nn.Module
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         apply_activation_checkpointing,
         checkpoint_wrapper,
+        offload_wrapper,
     )
+
+    def wrap(module: torch.nn.Module) -> torch.nn.Module:
+        wrapped = checkpoint_wrapper(module)
+        return offload_wrapper(wrapped) if offload else wrapped
 
     ids = {id(layer) for layer in layers}
     apply_activation_checkpointing(
         model,
-        checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper),
+        checkpoint_wrapper_fn=wrap,
         check_fn=lambda module: id(module) in ids,
     )

@@ -102,6 +102,12 @@ class DeepSpeedPlugin:
             (see :meth:`zero3_init_context_manager`).
         zero3_save_16bit_model: Keep ``stage3_gather_16bit_weights_on_model_save`` on.
         transformer_moe_cls_names: Comma-separated MoE layer class names (kept for compatibility).
+        is_train_batch_min: With several dataloaders in one ``prepare`` call, an ``"auto"``
+            ``train_micro_batch_size_per_gpu`` takes the smallest per-process batch size (``True``)
+            or the largest (``False``).
+        enable_msamp: Accelerate's deprecated MS-AMP FP8 path; ``True`` is refused (MS-AMP is
+            not a target of accel; use ``mixed_precision="fp8"`` with torchao).
+        msamp_opt_level: MS-AMP's level (``"O1"`` or ``"O2"``), only checked.
 
     Raises:
         AcceleratorConfigError: A field holds a value outside what it accepts.
@@ -118,8 +124,20 @@ class DeepSpeedPlugin:
     zero3_init_flag: bool | None = None
     zero3_save_16bit_model: bool | None = None
     transformer_moe_cls_names: str | None = None
+    is_train_batch_min: bool = True
+    enable_msamp: bool | None = None
+    msamp_opt_level: str | None = None
 
     def __post_init__(self) -> None:
+        if self.enable_msamp:
+            raise UnsupportedFeatureError(
+                "DeepSpeedPlugin(enable_msamp=True): MS-AMP is not supported by accel (Accelerate "
+                "deprecates it too); use mixed_precision='fp8' (torchao, accel[fp8]) instead."
+            )
+        if self.msamp_opt_level is not None and self.msamp_opt_level not in ("O1", "O2"):
+            raise AcceleratorConfigError(
+                f"DeepSpeedPlugin(msamp_opt_level={self.msamp_opt_level!r}): choose 'O1' or 'O2'."
+            )
         if self.zero_stage is not None and self.zero_stage not in (0, 1, 2, 3):
             raise AcceleratorConfigError(
                 f"DeepSpeedPlugin(zero_stage={self.zero_stage!r}): choose 0, 1, 2 or 3."
@@ -136,6 +154,29 @@ class DeepSpeedPlugin:
                 f"DeepSpeedPlugin(gradient_accumulation_steps={steps!r}): must be an integer >= 1."
             )
         self._resolved: dict[str, Any] | None = None
+        self._config: dict[str, Any] | None = None
+        self._selected = False
+
+    @property
+    def selected(self) -> bool:
+        """Whether this plugin is the one the next ``prepare`` uses (several plugins)."""
+        return self._selected
+
+    def select(self, _from_accelerator_state: bool = False) -> None:
+        """Mark this plugin selected; only the state does it (``select_deepspeed_plugin``).
+
+        Raises:
+            AcceleratorConfigError: Called directly instead of through the state.
+        """
+        if not _from_accelerator_state:
+            raise AcceleratorConfigError(
+                "DeepSpeedPlugin.select(): select a plugin with "
+                "accelerator.state.select_deepspeed_plugin(name), so that the others are unselected."
+            )
+        self._selected = True
+
+    def _unselect(self) -> None:
+        self._selected = False
 
     @classmethod
     def from_launch_config(cls, settings: Mapping[str, Any]) -> DeepSpeedPlugin:
@@ -155,13 +196,24 @@ class DeepSpeedPlugin:
 
     @property
     def config_file(self) -> dict[str, Any] | None:
-        """The user's config (parsed, ``"auto"`` values still in), or ``None``."""
-        return None if self.hf_ds_config is None else load_config_file(self.hf_ds_config)
+        """The user's config (parsed once, ``"auto"`` values still in), or ``None``.
+
+        Changes made to the returned dict before ``prepare`` reach the engine.
+        """
+        if self.hf_ds_config is None:
+            return None
+        if self._config is None:
+            self._config = load_config_file(self.hf_ds_config)
+        return self._config
 
     @property
     def deepspeed_config(self) -> dict[str, Any] | None:
-        """The resolved config the engine received (``None`` before ``prepare``)."""
-        return self._resolved
+        """The resolved config the engine received; before ``prepare``, the user's config.
+
+        As in Accelerate, entries set in it before ``prepare`` (say
+        ``train_micro_batch_size_per_gpu``) are used by the engine.
+        """
+        return self._resolved if self._resolved is not None else self.config_file
 
     def zero3_init_context_manager(
         self, enable: bool = True
@@ -222,3 +274,18 @@ class DummyScheduler:
         self.warmup_num_steps = warmup_num_steps
         self.lr_scheduler_callable = lr_scheduler_callable
         self.kwargs = kwargs
+
+
+def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
+    """The selected DeepSpeed plugin of ``state`` (an ``AcceleratorState``; several plugins).
+
+    Raises:
+        AcceleratorConfigError: The job does not use DeepSpeed.
+    """
+    plugin = state._shared_state.get("deepspeed_plugin")
+    if not isinstance(plugin, DeepSpeedPlugin):
+        raise AcceleratorConfigError(
+            "get_active_deepspeed_plugin(): this Accelerator has no DeepSpeed plugin; pass "
+            "deepspeed_plugin=... or launch with --use_deepspeed."
+        )
+    return plugin

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from accel.errors import UnsupportedFeatureError
 from accel.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel.utils.constants import FSDP_MODEL_NAME
 from accel.utils.fsdp2_helpers import (
@@ -38,6 +39,16 @@ from accel.utils.fsdp_common import PathLike, refuse_adapter_only, resolve_plugi
 from accel.utils.fsdp_optimizer import load_fsdp_optimizer, save_fsdp_optimizer
 
 
+def _refuse_per_rank_files(use_dcp: bool) -> None:
+    """``use_dcp=False`` asks for Accelerate's per-rank ``.bin`` shards, which accel does not write."""
+    if not use_dcp:
+        raise UnsupportedFeatureError(
+            "use_dcp=False (one torch.save file per rank) is not supported by accel: the sharded "
+            "layout is a torch.distributed.checkpoint folder, loadable on any number of "
+            "processes; leave use_dcp=True."
+        )
+
+
 def _full_file(model_index: int) -> str:
     return f"{FSDP_MODEL_NAME}.bin" if model_index == 0 else f"{FSDP_MODEL_NAME}_{model_index}.bin"
 
@@ -49,6 +60,7 @@ def save_fsdp_model(
     output_dir: PathLike,
     model_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> Path:
     """Write a prepared FSDP model's weights into ``output_dir`` (collective).
 
@@ -59,6 +71,8 @@ def save_fsdp_model(
         output_dir: Folder to write into (created when missing).
         model_index: Number in the file or folder name, for several models.
         adapter_only: Not supported (PEFT adapters).
+        use_dcp: ``True`` only: the sharded layout is a ``torch.distributed.checkpoint`` folder
+            (``False``, Accelerate's per-rank files, raises ``UnsupportedFeatureError``).
 
     Returns:
         The folder (sharded) or file (full) written.
@@ -69,6 +83,7 @@ def save_fsdp_model(
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
     refuse_adapter_only(adapter_only)
+    _refuse_per_rank_files(use_dcp)
     settings = resolve_plugin(fsdp_plugin, accelerator)
     output = Path(output_dir)
     if settings.state_dict_type == "SHARDED_STATE_DICT":
@@ -91,6 +106,7 @@ def load_fsdp_model(
     input_dir: PathLike,
     model_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> None:
     """Read weights written by :func:`save_fsdp_model` into a prepared FSDP model (collective).
 
@@ -106,6 +122,7 @@ def load_fsdp_model(
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
     refuse_adapter_only(adapter_only)
+    _refuse_per_rank_files(use_dcp)
     folder = Path(input_dir)
     sharded = (
         folder if (folder / ".metadata").is_file() else folder / f"{FSDP_MODEL_NAME}_{model_index}"
