@@ -224,11 +224,6 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
         r"|get_module_children_bottom_up|ensure_weights_retied|convert_file_size_to_int",
         _BIG_MODEL,
     ),
-    (
-        r"accelerate\.utils",
-        r"TORCH_LAUNCH_PARAMS",
-        "internals of Accelerate's launcher; accel-launch builds workers through accel_state.contract",
-    ),
 ]
 
 

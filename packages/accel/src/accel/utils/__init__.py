@@ -209,6 +209,8 @@ _FROM_ACCEL = {
     "GradientAccumulationPlugin": "accel.plugins",
     "DeepSpeedPlugin": "accel.utils.deepspeed",
     "DummyOptim": "accel.utils.deepspeed",
+    "get_active_deepspeed_plugin": "accel.utils.deepspeed",
+    "TORCH_LAUNCH_PARAMS": "accel.utils.constants",
     "DummyScheduler": "accel.utils.deepspeed",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "TorchTensorParallelPlugin": "accel.parallelism",
