@@ -160,6 +160,13 @@ def test_deepspeed_fills_the_config_file(clean_env):
     assert number(r"epoch 2: test accuracy ([\d.]+)", output) > 0.85
 
 
+def test_deepspeed_multiple_plugins_distils_a_zero3_teacher_into_a_zero2_student(clean_env):
+    output = run_example("deepspeed_multiple_plugins", env=clean_env)
+    losses = [float(value) for value in re.findall(r"step \d+: loss ([\d.]+)", output)]
+    assert len(losses) == 2, output
+    assert losses[-1] < losses[0], output  # the student moved towards the teacher
+
+
 def test_big_model_inference_offloads_and_matches(clean_env):
     result = subprocess.run(
         [sys.executable, str(BY_FEATURE / "big_model_inference.py"), "--cpu_budget", "8MB"],
