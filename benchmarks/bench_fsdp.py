@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from paired_steps import alternating_step_times
 
 from accel import Accelerator, FullyShardedDataParallelPlugin
 from accel_state.testing import spawn_workers
@@ -101,16 +102,6 @@ def hand_setup(dim: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 
-def timed_steps(step: Any, data: list[torch.Tensor]) -> float:
-    """Seconds per step over ``data`` (after a barrier, ended by one)."""
-    dist.barrier()
-    start = time.perf_counter()
-    for tokens in data:
-        step(tokens)
-    dist.barrier()
-    return (time.perf_counter() - start) / len(data)
-
-
 def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Local bytes of parameters and optimizer tensors (the shards this rank writes)."""
     total = 0
@@ -143,23 +134,9 @@ def step_worker(rounds: int, steps: int) -> dict[str, list[float]]:
     accelerator, model, optimizer, hand_model, hand_optimizer = prepared(DIM)
     data = batches(steps, accelerator.process_index)
 
-    def accel_step(tokens: torch.Tensor) -> None:
-        accelerator.backward(loss_of(model, tokens))
-        optimizer.step()
-        optimizer.zero_grad()
-
-    def hand_step(tokens: torch.Tensor) -> None:
-        loss_of(hand_model, tokens).backward()
-        hand_optimizer.step()
-        hand_optimizer.zero_grad()
-
-    timed_steps(accel_step, data[:2])  # warm-up both
-    timed_steps(hand_step, data[:2])
-    step_times: dict[str, list[float]] = {"hand": [], "accel": []}
-    for index in range(rounds):  # A B, then B A: neither variant always runs first
-        variants = [("hand", hand_step), ("accel", accel_step)]
-        for label, step in variants if index % 2 == 0 else variants[::-1]:
-            step_times[label].append(timed_steps(step, data))
+    step_times = alternating_step_times(
+        accelerator, (model, optimizer), (hand_model, hand_optimizer), loss_of, data, rounds
+    )
     return step_times
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from paired_steps import alternating_step_times
 
 from accel import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig
 from accel_state.testing import spawn_workers
@@ -127,16 +127,6 @@ def hand_setup(layout: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, int
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4), data_rank
 
 
-def timed_steps(step: Any, data: list[torch.Tensor]) -> float:
-    """Seconds per step over ``data`` (after a barrier, ended by one)."""
-    dist.barrier()
-    start = time.perf_counter()
-    for tokens in data:
-        step(tokens)
-    dist.barrier()
-    return (time.perf_counter() - start) / len(data)
-
-
 def step_worker(rounds: int, steps: int, layout: str) -> dict[str, Any]:
     """Seconds per training step, by hand and through the Accelerator, alternating."""
     plugin = FullyShardedDataParallelPlugin(
@@ -153,23 +143,9 @@ def step_worker(rounds: int, steps: int, layout: str) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(data_rank)
     data = [torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=generator) for _ in range(steps)]
 
-    def accel_step(tokens: torch.Tensor) -> None:
-        accelerator.backward(loss_of(model, tokens))
-        optimizer.step()
-        optimizer.zero_grad()
-
-    def hand_step(tokens: torch.Tensor) -> None:
-        loss_of(hand_model, tokens).backward()
-        hand_optimizer.step()
-        hand_optimizer.zero_grad()
-
-    timed_steps(accel_step, data[:2])  # warm-up both
-    timed_steps(hand_step, data[:2])
-    times: dict[str, list[float]] = {"hand": [], "accel": []}
-    for index in range(rounds):  # A B, then B A: neither variant always runs first
-        variants = [("hand", hand_step), ("accel", accel_step)]
-        for label, step in variants if index % 2 == 0 else variants[::-1]:
-            times[label].append(timed_steps(step, data))
+    times = alternating_step_times(
+        accelerator, (model, optimizer), (hand_model, hand_optimizer), loss_of, data, rounds
+    )
     same = [
         float(loss_of(model, data[0]).detach()),
         float(loss_of(hand_model, data[0]).detach()),
