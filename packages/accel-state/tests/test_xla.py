@@ -29,7 +29,8 @@ def test_one_process_state_on_the_xla_device():
     assert (state.num_processes, state.process_index, state.local_process_index) == (1, 0, 0)
     assert state.is_main_process and state.is_local_main_process and state.is_last_process
     assert not state.use_distributed and state.backend is None
-    assert state.layout.source == "xla" and "Distributed environment: DistributedType.XLA" in repr(state)
+    assert state.layout.source == "xla"
+    assert "Distributed environment: DistributedType.XLA" in repr(state)
     state.wait_for_everyone()
     with state.main_process_first():
         pass
