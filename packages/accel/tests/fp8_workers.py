@@ -88,6 +88,8 @@ def global_batch(step: int) -> torch.Tensor:
 
 
 def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token loss; the tokens follow the model's device (a GPU run builds them on the CPU)."""
+    tokens = tokens.to(next(model.parameters()).device)
     logits = model(tokens[:, :-1])
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, VOCAB).float(), tokens[:, 1:].reshape(-1)
@@ -141,7 +143,7 @@ class Run:
         self.model.train()
         for _ in range(steps):
             tokens = global_batch(self.step)[rank * share : (rank + 1) * share]
-            total = torch.zeros(())
+            total = torch.zeros((), device=accelerator.device)
             for index in range(self.accumulation):
                 with accelerator.accumulate(self.model):
                     loss = lm_loss(self.model, tokens[index * micro : (index + 1) * micro])

@@ -33,8 +33,9 @@ def start(
     if cpu:
         env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "accel-torch-extensions"))
-    accel = Path(sys.executable).with_name("accel")
-    command = [str(accel), "launch", *(["--cpu"] if cpu else []), "--num_processes", str(processes)]
+    # The module, not the `accel` console script: a GPU machine's --target install has no scripts.
+    command = [sys.executable, "-m", "accel_launch.cli", "launch"]
+    command += [*(["--cpu"] if cpu else []), "--num_processes", str(processes)]
     command += [*flags, str(script), *script_args]
     return subprocess.Popen(
         command,

@@ -53,7 +53,7 @@ SEED_YAML = textwrap.dedent(
 )
 
 
-def launch(arguments: list[str], output: Path, home: Path) -> list[dict]:
+def launch(arguments: list[str], output: Path, home: Path, processes: int = 2) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
     env.update(OMP_NUM_THREADS="1", HF_HOME=str(home), CUDA_VISIBLE_DEVICES="")
     output.mkdir()
@@ -70,7 +70,7 @@ def launch(arguments: list[str], output: Path, home: Path) -> list[dict]:
         command, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return [json.loads((output / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return [json.loads((output / f"rank{rank}.json").read_text()) for rank in range(processes)]
 
 
 def check(reports: list[dict], version: int) -> None:
@@ -78,7 +78,7 @@ def check(reports: list[dict], version: int) -> None:
         assert report["type"] == "FSDP"
         assert report["fsdp_version"] == version
         assert report["layers"] == ["Block"]
-        assert report["local"] * 2 == pytest.approx(report["total"], rel=0.02)
+        assert report["local"] * len(reports) == pytest.approx(report["total"], rel=0.02)
         assert report["losses"] == pytest.approx(report["reference"], rel=1e-5, abs=1e-5)
     assert report["reference"] == fsdp_workers.reference_losses(3, 8, 1e-2)
 
@@ -107,3 +107,11 @@ def test_seed_fsdp_yaml_runs_fsdp2(tmp_path):
     config = tmp_path / "fsdp.yaml"
     config.write_text(SEED_YAML)
     check(launch(["--config_file", str(config)], tmp_path / "out", tmp_path), version=2)
+
+
+def test_one_process_fsdp_launch_trains_in_a_group_of_one(tmp_path):
+    # `accel launch --use_fsdp --num_processes 1` (as under Accelerate): the launcher's rendezvous
+    # gives the lone process a process group of one, so FSDP shards over it instead of refusing.
+    flags = ["--use_fsdp", "--cpu", "--num_processes", "1", "--fsdp_version", "2"]
+    flags += ["--fsdp_transformer_layer_cls_to_wrap", "Block"]
+    check(launch(flags, tmp_path / "out", tmp_path, processes=1), version=2)

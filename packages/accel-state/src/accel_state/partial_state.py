@@ -81,14 +81,14 @@ class PartialState:
         timeouts = resolve_timeout(timeout, contract.process_group_timeout)
         if dist.is_available() and dist.is_initialized():
             layout = _layout_from_existing_group(layout)
-        if layout.world_size > 1 or (dist.is_available() and dist.is_initialized()):
+        if _needs_process_group(layout, contract):
             owns_group = start_process_group(layout, chosen_backend, timeouts.startup, device)
         self._shared_state.update(
             layout=layout,
             cluster_environment=environment.name,
             contract=contract,
             device=device,
-            backend=chosen_backend if layout.world_size > 1 else None,
+            backend=chosen_backend if layout.world_size > 1 or owns_group else None,
             requested_cpu=use_cpu,
             requested_backend=backend,
             owns_process_group=owns_group,
@@ -436,3 +436,17 @@ def _layout_from_existing_group(layout: ProcessLayout) -> ProcessLayout:
         master_port=layout.master_port,
         source="existing process group",
     )
+
+
+def _needs_process_group(layout: ProcessLayout, contract: LaunchContract) -> bool:
+    """Whether this process starts (or adopts) the default process group.
+
+    Every multi-process job does. So does a one-process job that a launcher started with a
+    rendezvous address (torchrun / ``accel launch``) for a sharding engine, because FSDP and
+    DeepSpeed need a group even of one (``accel launch --use_fsdp --num_processes 1``), as under
+    Accelerate. A plain ``python script.py`` never starts one.
+    """
+    if layout.world_size > 1 or (dist.is_available() and dist.is_initialized()):
+        return True
+    launched = layout.source == "torchelastic"
+    return launched and (contract.use_fsdp or contract.use_deepspeed)
