@@ -54,4 +54,3 @@ def run_or_exit(handler: Handler, args: argparse.Namespace) -> None:
     code = handler(args)
     if code != 0:
         raise SystemExit(code)
-

@@ -12,8 +12,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from accel_launch.cli import run_command
-
 from accel.commands.config import get_config_parser
 from accel.commands.env import env_command_parser
 from accel.commands.estimate import register as estimate_command_parser
@@ -23,6 +21,7 @@ from accel.commands.test import test_command_parser
 from accel.commands.to_fsdp2 import to_fsdp2_command_parser
 from accel.commands.tpu import tpu_command_parser
 from accel.commands.utils import CustomArgumentParser
+from accel_launch.cli import run_command
 
 __all__ = ["main"]
 

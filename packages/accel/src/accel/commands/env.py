@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from accel_launch.commands import env as _env
-from accel_launch.config.paths import default_config_file as _default_config_file
-
 from accel.__about__ import __version__ as version
 from accel.commands._parsers import command_parser
+from accel_launch.commands import env as _env
+from accel_launch.config.paths import default_config_file as _default_config_file
 
 #: The default config file's path when this module was imported.
 default_config_file = str(_default_config_file())

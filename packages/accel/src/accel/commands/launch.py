@@ -19,6 +19,7 @@ import copy
 import logging
 from typing import Any
 
+from accel.commands._parsers import command_parser, run_or_exit
 from accel_launch.commands.launch import launch_command as _run_launch
 from accel_launch.config.paths import default_config_file as _default_config_file
 from accel_launch.config.schema import DEEPSPEED_MULTINODE_LAUNCHERS, DYNAMO_BACKENDS, DYNAMO_MODES
@@ -26,8 +27,6 @@ from accel_launch.errors import LaunchArgumentError
 from accel_launch.launch_args import DESCRIPTION, add_launch_arguments
 from accel_launch.launch_helpers import prepare_sagemager_args_inputs
 from accel_launch.spellings import OneSpellingHelpFormatter
-
-from accel.commands._parsers import command_parser, run_or_exit
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from accel_launch.commands import test as _test
-
 from accel.commands._parsers import command_parser, run_or_exit
+from accel_launch.commands import test as _test
 
 __all__ = ["main", "test_command", "test_command_parser"]
 

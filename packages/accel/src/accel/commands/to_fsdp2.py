@@ -16,10 +16,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from accel.commands._parsers import command_parser, run_or_exit
 from accel_launch.commands import to_fsdp2 as _to_fsdp2
 from accel_launch.errors import ConfigError
-
-from accel.commands._parsers import command_parser, run_or_exit
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accel.commands._parsers import command_parser, run_or_exit
 from accel_launch.commands import tpu_config as _tpu
 from accel_launch.config.paths import default_config_file as _default_config_file
-
-from accel.commands._parsers import command_parser, run_or_exit
 
 #: The default config file's path when this module was imported.
 default_config_file = str(_default_config_file())

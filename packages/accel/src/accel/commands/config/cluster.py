@@ -6,6 +6,7 @@ torch.compile); the allowed values are accel-launch's config schema's.
 
 from __future__ import annotations
 
+from accel.commands.config.config_args import ClusterConfig
 from accel_launch.config.questionnaire import run_questionnaire
 from accel_launch.config.schema import (
     DEEPSPEED_MULTINODE_LAUNCHERS,
@@ -16,8 +17,6 @@ from accel_launch.config.schema import (
     FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
 )
-
-from accel.commands.config.config_args import ClusterConfig
 
 FSDP_AUTO_WRAP_POLICY = FSDP_AUTO_WRAP_POLICIES
 FSDP_SHARDING_STRATEGY = FSDP_SHARDING_STRATEGIES

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from accel_launch.commands import config as _config
-
 from accel.commands._parsers import command_parser, run_or_exit
 from accel.commands.config.cluster import get_cluster_input
 from accel.commands.config.config_args import (
@@ -20,6 +18,7 @@ from accel.commands.config.config_args import (
     default_config_file,
     default_yaml_config_file,
 )
+from accel_launch.commands import config as _config
 
 description = "Answer questions about your setup and save them as accel's config file."
 

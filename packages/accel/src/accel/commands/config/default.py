@@ -11,12 +11,11 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from accel_launch.commands import config as _config
-from accel_launch.config.defaults import write_basic_config
-
 from accel.commands._parsers import run_or_exit
 from accel.commands.config.config_args import default_json_config_file
 from accel.commands.config.config_utils import SubcommandHelpFormatter
+from accel_launch.commands import config as _config
+from accel_launch.config.defaults import write_basic_config
 
 description = "Write a basic config: every GPU of this machine, or one CPU process."
 

@@ -5,9 +5,8 @@ The names are here so that imports work; :func:`get_sagemaker_input` refuses wit
 
 from __future__ import annotations
 
-from accel_launch.config.schema import DYNAMO_BACKENDS, DYNAMO_MODES
-
 from accel.commands.config.config_args import SageMakerConfig, _refuse_sagemaker
+from accel_launch.config.schema import DYNAMO_BACKENDS, DYNAMO_MODES
 
 SAGEMAKER_PARALLEL_EC2_INSTANCES = ["ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4dn.24xlarge"]
 TORCH_DYNAMO_MODES = DYNAMO_MODES

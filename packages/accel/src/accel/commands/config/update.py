@@ -11,10 +11,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from accel_launch.commands import config as _config
-
 from accel.commands.config.config_args import default_config_file
 from accel.commands.config.config_utils import SubcommandHelpFormatter
+from accel_launch.commands import config as _config
 
 description = (
     "Read a config file (yours or Accelerate's), drop what accel ignores, write it back in the "

@@ -30,13 +30,13 @@ class Direction(enum.Enum):
     DOWN = 1
 
 
-def forceWrite(content: str, end: str = "") -> None:  # noqa: N802 (Accelerate's name)
+def forceWrite(content: str, end: str = "") -> None:
     """Write ``content`` and flush at once."""
     sys.stdout.write(str(content) + end)
     sys.stdout.flush()
 
 
-def writeColor(content: str, color: int, end: str = "") -> None:  # noqa: N802 (Accelerate's name)
+def writeColor(content: str, color: int, end: str = "") -> None:
     """Write ``content`` in the ANSI colour ``color`` (32 green, 31 red, ...)."""
     forceWrite(f"\033[{color}m{content}\033[0m", end)
 

@@ -51,6 +51,7 @@ class KeyHandler(type):
     """Metaclass collecting the marked methods into ``key_handler`` and adding ``handle_input``."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any]) -> KeyHandler:
+        """Create the class with ``key_handler`` (key -> method) and ``handle_input``."""
         cls = super().__new__(mcs, name, bases, attrs)
         handlers: dict[str, Callable[..., Any]] = {}
         for value in attrs.values():
