@@ -71,7 +71,6 @@ _MEGATRON = (
 # Reasons for names that are absent or differ, keyed by (namespace, name). A name listed here as
 # "differs" is reported so even when the automatic comparison finds nothing missing.
 NOTES: dict[tuple[str, str], tuple[str, str]] = {
-    ("accelerate", "commands"): ("absent", "the CLI is accel-launch's `accel` command"),
     ("accelerate", "ParallelismConfig"): (
         "differs",
         "one degree may be -1 (the leftover processes); CPU/gloo jobs are accepted; sp_size > 1 "
