@@ -9,6 +9,11 @@ Every public name of ``accelerate``, ``accelerate.utils`` and ``Accelerator`` is
   (reason in :data:`NOTES`);
 * **absent**: not in accel; the reason comes from :data:`NOTES` or :data:`ABSENT_PATTERNS`.
 
+Every module path under ``accelerate`` (``pkgutil.walk_packages``) is also imported as its
+``accel`` twin (``accelerate.commands.launch`` -> ``accel.commands.launch``): it imports, imports
+once an optional library is installed (as Accelerate's does), is listed in
+:data:`SUBMODULE_REASONS`, or fails.
+
 Run it in a venv with accel and Accelerate installed (Accelerate is not a dependency)::
 
     uv pip install -c constraints/cpu.txt accelerate
@@ -29,6 +34,7 @@ import importlib
 import inspect
 import os
 import pathlib
+import pkgutil
 import re
 import sys
 import warnings
@@ -65,7 +71,6 @@ _MEGATRON = (
 # Reasons for names that are absent or differ, keyed by (namespace, name). A name listed here as
 # "differs" is reported so even when the automatic comparison finds nothing missing.
 NOTES: dict[tuple[str, str], tuple[str, str]] = {
-    ("accelerate", "commands"): ("absent", "the CLI is accel-launch's `accel` command"),
     ("accelerate", "ParallelismConfig"): (
         "differs",
         "one degree may be -1 (the leftover processes); CPU/gloo jobs are accepted; sp_size > 1 "
@@ -226,6 +231,16 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
 ]
 
+# Module paths of Accelerate that have no accel twin on purpose: (regex over Accelerate's dotted
+# path, reason). Every other path must import as ``accel.<same path>``.
+SUBMODULE_REASONS: list[tuple[str, str]] = [
+    (
+        r"accelerate\.test_utils\.scripts(\..+)?",
+        "Accelerate's own test programs; `nox -s peer` runs them unchanged against accel after "
+        "the rename",
+    ),
+]
+
 
 @dataclasses.dataclass
 class Entry:
@@ -233,6 +248,20 @@ class Entry:
 
     namespace: str
     name: str
+    status: str
+    note: str
+
+
+@dataclasses.dataclass
+class Submodule:
+    """One module path of Accelerate and whether its ``accel`` twin imports.
+
+    ``status`` is ``imports``; ``needs`` (it imports once the optional library named in ``note``
+    is installed, as Accelerate's does); ``listed`` (no twin, for the reason in ``note``); or
+    ``fails`` (the import error in ``note``).
+    """
+
+    path: str
     status: str
     note: str
 
@@ -350,8 +379,98 @@ def collect() -> tuple[str, list[Entry]]:
     return accelerate.__version__, entries
 
 
-def render(version: str, entries: list[Entry]) -> str:
-    """The README section: counts, then the differing and absent names with their reasons."""
+def _submodule_reason(path: str) -> str:
+    for pattern, reason in SUBMODULE_REASONS:
+        if re.fullmatch(pattern, path):
+            return reason
+    return ""
+
+
+def classify_submodule(path: str, twin: str) -> Submodule:
+    """Import ``twin`` (``accel.<path after accelerate>``) and classify ``path``."""
+    reason = _submodule_reason(path)
+    if reason:
+        return Submodule(path, "listed", reason)
+    try:
+        importlib.import_module(twin)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing and missing.split(".")[0] not in ("accel", "accelerate"):
+            return Submodule(path, "needs", f"imports once `{missing}` is installed")
+        return Submodule(path, "fails", f"{type(error).__name__}: {error}")
+    except Exception as error:  # noqa: BLE001 (any import error is reported, not raised)
+        return Submodule(path, "fails", f"{type(error).__name__}: {error}")
+    return Submodule(path, "imports", "")
+
+
+def collect_submodules() -> list[Submodule]:
+    """Every module path under ``accelerate`` (``pkgutil.walk_packages``) and its accel twin."""
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    warnings.simplefilter("ignore")
+    import accelerate
+
+    unwalkable: list[str] = []
+    paths = [
+        info.name
+        for info in pkgutil.walk_packages(
+            accelerate.__path__, "accelerate.", onerror=unwalkable.append
+        )
+    ]
+    found = [
+        classify_submodule(path, "accel" + path[len("accelerate") :]) for path in sorted(paths)
+    ]
+    found += [
+        Submodule(name, "fails", "Accelerate's package did not import") for name in unwalkable
+    ]
+    return found
+
+
+STATUSES = ("imports", "needs", "listed", "fails")
+
+
+def submodule_counts(submodules: list[Submodule]) -> str:
+    """``N of M submodule paths import; K listed with a reason`` (and the optional ones)."""
+    count = {status: sum(s.status == status for s in submodules) for status in STATUSES}
+    return (
+        f"{count['imports'] + count['needs']} of {len(submodules)} submodule paths import "
+        f"({count['needs']} once their optional library is installed); "
+        f"{count['listed']} listed with a reason; {count['fails']} fail"
+    )
+
+
+def render_submodules(submodules: list[Submodule]) -> list[str]:
+    """The README lines on module paths: the counts, the exceptions, the paths that import."""
+    lines = ["", "**Submodule paths**", "", submodule_counts(submodules) + ".", ""]
+    lines += ["| module path | status | note |", "| --- | --- | --- |"]
+    listed: dict[str, list[str]] = {}
+    for sub in submodules:
+        if sub.status == "listed":
+            listed.setdefault(sub.note, []).append(sub.path)
+    for reason, paths in listed.items():
+        below = f" and the {len(paths) - 1} below it" if len(paths) > 1 else ""
+        lines.append(f"| `{min(paths, key=len)}`{below} | listed | {reason} |")
+    lines += [
+        f"| `{s.path}` | {s.status} | {s.note} |"
+        for s in submodules
+        if s.status in ("needs", "fails")
+    ]
+    importing = ", ".join(f"`{s.path}`" for s in submodules if s.status == "imports")
+    lines += [
+        "",
+        "<details><summary>Module paths that import as accel.*</summary>",
+        "",
+        importing,
+        "",
+        "</details>",
+    ]
+    return lines
+
+
+def render(version: str, entries: list[Entry], submodules: list[Submodule] | None = None) -> str:
+    """The README section: counts, the differing and absent names with their reasons.
+
+    The module paths follow when ``submodules`` is given.
+    """
     namespaces = ["accelerate", "accelerate.utils", "Accelerator"]
     lines = [
         START,
@@ -376,7 +495,10 @@ def render(version: str, entries: list[Entry]) -> str:
     for namespace in namespaces:
         names = ", ".join(f"`{e.name}`" for e in same if e.namespace == namespace)
         lines.append(f"- `{namespace}`: {names}")
-    lines += ["", "</details>", END]
+    lines += ["", "</details>"]
+    if submodules:
+        lines += render_submodules(submodules)
+    lines += [END]
     return "\n".join(lines)
 
 
@@ -391,11 +513,18 @@ def write_readme(section: str, readme: pathlib.Path = README) -> None:
     readme.write_text(text)
 
 
-def main(argv: list[str] | None = None, collector: Callable[[], Any] = collect) -> int:
+def main(
+    argv: list[str] | None = None,
+    collector: Callable[[], Any] = collect,
+    submodule_collector: Callable[[], list[Submodule]] | None = None,
+) -> int:
     """Print or write the coverage table.
 
-    ``--check`` fails on absent names without a reason and on differences (a missing parameter,
-    field or member) of names that have no :data:`NOTES` entry.
+    ``--check`` fails on absent names without a reason, on differences (a missing parameter,
+    field or member) of names that have no :data:`NOTES` entry, and on module paths of
+    Accelerate whose accel twin does not import and that :data:`SUBMODULE_REASONS` does not list.
+    ``submodule_collector`` defaults to :func:`collect_submodules` with the default
+    ``collector`` and to none with another one (tests pass their own entries).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"rewrite the section of {README}")
@@ -403,12 +532,15 @@ def main(argv: list[str] | None = None, collector: Callable[[], Any] = collect) 
         "--check", action="store_true", help="exit 1 on unexplained absences or differences"
     )
     args = parser.parse_args(argv)
+    if submodule_collector is None:
+        submodule_collector = collect_submodules if collector is collect else list
     try:
         version, entries = collector()
+        submodules = submodule_collector()
     except ImportError as error:
         print(f"api_coverage needs Accelerate and accel installed: {error}", file=sys.stderr)
         return 2
-    section = render(version, entries)
+    section = render(version, entries, submodules)
     if args.write:
         write_readme(section)
         print(f"wrote the API coverage section of {README}")
@@ -427,7 +559,17 @@ def main(argv: list[str] | None = None, collector: Callable[[], Any] = collect) 
             f"signatures that differ without a NOTES entry (deliberately differs): {listed}",
             file=sys.stderr,
         )
-    if unexplained or undeclared:
+    failing = [s for s in submodules if s.status == "fails"]
+    if submodules:
+        print(submodule_counts(submodules), file=sys.stderr)
+    if failing:
+        listed = "; ".join(f"{s.path} ({s.note})" for s in failing)
+        print(
+            f"module paths whose accel twin does not import, with no reason in "
+            f"SUBMODULE_REASONS: {listed}",
+            file=sys.stderr,
+        )
+    if unexplained or undeclared or failing:
         return 1 if args.check else 0
     return 0
 

@@ -10,7 +10,8 @@ from accel.utils.imports import is_rich_available
 
 if not is_rich_available():
     raise ModuleNotFoundError(
-        "accel.utils.rich installs rich's traceback printer; install rich with `pip install rich`."
+        "accel.utils.rich installs rich's traceback printer; install rich with `pip install rich`.",
+        name="rich",
     )
 
 from rich.traceback import install
