@@ -174,3 +174,22 @@ def test_timeouts_default_to_ten_minutes_then_five_and_an_explicit_one_stays():
 def test_restart_count_is_read_from_torch_elastic(monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "3")
     assert PartialState().restart_count == 3
+
+
+@pytest.mark.parametrize(
+    ("source", "settings", "expected"),
+    [
+        ("torchelastic", {"use_fsdp": True}, True),
+        ("torchelastic", {"use_deepspeed": True}, True),
+        ("torchelastic", {}, False),  # a one-process plain job stays group-free
+        ("local", {"use_fsdp": True}, False),  # `python script.py`: no rendezvous to join
+    ],
+)
+def test_one_launched_sharding_process_gets_a_group_of_one(source, settings, expected):
+    from accel_state.cluster import ProcessLayout
+    from accel_state.contract import LaunchContract
+    from accel_state.partial_state import _needs_process_group
+
+    layout = ProcessLayout(world_size=1, source=source)
+    assert _needs_process_group(layout, LaunchContract(**settings)) is expected
+    assert _needs_process_group(ProcessLayout(world_size=2, source=source), LaunchContract())
