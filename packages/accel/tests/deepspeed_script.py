@@ -138,6 +138,7 @@ def main() -> None:
             "clipping": model.gradient_clipping(),
             "stage": model.zero_optimization_stage(),
             "fp16": model.fp16_enabled(),
+            "bf16": model.bfloat16_enabled(),
             "device": str(next(model.module.parameters()).device.type),
         },
         "errors": errors,

@@ -183,6 +183,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         "ddp": ([], ["--save-model", str(root / "ddp_model")]),
         "zero0": (["--use_deepspeed", "--deepspeed_config_file", str(dummy)], ["--dummy"]),
         "zero1": (["--use_deepspeed", "--deepspeed_config_file", str(EXAMPLE_CONFIG), *clip], []),
+        # bf16 weights, float32 batches: the engine's model casts them (DeepSpeed alone raises).
+        "zero2_bf16": (["--use_deepspeed", "--zero_stage", "2", "--mixed_precision", "bf16"], []),
     }
     resumes: Jobs = {}
     for stage in (2, 3):
@@ -241,6 +243,7 @@ def test_engine_received_the_resolved_config(jobs: dict[str, dict[str, Any]]) ->
         "clipping": 1.0,
         "stage": 1,
         "fp16": False,
+        "bf16": False,
         "device": "cpu",
     }
     config = report["config"]
@@ -307,3 +310,34 @@ def test_fp16_loss_scaling_inside_the_engine_on_gpus(tmp_path: Path, stage: int)
     losses = run["losses"]
     assert all(map(lambda value: value == value and abs(value) < 1e4, losses))  # finite
     assert min(losses[-3:]) < losses[0]  # it trains (the first steps may be skipped by the scaler)
+
+
+@needs_deepspeed
+@pytest.mark.timeout(2400)
+def test_bf16_engine_takes_float32_batches(jobs: dict[str, dict[str, Any]]) -> None:
+    run, ddp = _report(jobs, "zero2_bf16"), _report(jobs, "ddp")
+    assert run["config"]["bf16"]["enabled"] is True and run["config"]["fp16"]["enabled"] is False
+    assert run["engine"]["bf16"] is True
+    assert len(run["losses"]) == 6 and run["norms_finite"]
+    # bf16 weights follow the fp32 run loosely (8 bits of mantissa), and it trains.
+    torch.testing.assert_close(
+        torch.tensor(run["losses"]), torch.tensor(ddp["losses"]), rtol=0.05, atol=0.02
+    )
+    assert run["losses"][-1] < run["losses"][0]
+
+
+def test_bf16_input_cast_reaches_nested_floats_only() -> None:
+    import collections
+
+    from accel.strategies.deepspeed_inputs import to_bf16
+
+    Pair = collections.namedtuple("Pair", "features ids")
+    batch = {
+        "x": torch.ones(2, dtype=torch.float32),
+        "pair": Pair(torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.long)),
+        "list": [torch.ones(1, dtype=torch.float16), "text"],
+    }
+    cast = to_bf16(batch)
+    assert cast["x"].dtype == torch.bfloat16 and cast["pair"].features.dtype == torch.bfloat16
+    assert isinstance(cast["pair"], Pair) and cast["pair"].ids.dtype == torch.long
+    assert cast["list"][0].dtype == torch.bfloat16 and cast["list"][1] == "text"

@@ -22,6 +22,7 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
 from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
+from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
 from accel.utils.build_locks import warn_about_stale_build_locks
 from accel.utils.deepspeed import (
     DeepSpeedPlugin,
@@ -232,6 +233,7 @@ class DeepSpeedStrategy(ModelStrategy):
             kwargs["lr_scheduler"] = dummy_scheduler.lr_scheduler_callable
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
+        cast_inputs_for_bf16(engine, config)
         if training:  # inference engines (another plugin) stay out of backward and save_state
             self.engine = engine
         wrapper = (
