@@ -276,6 +276,52 @@ class DummyScheduler:
         self.kwargs = kwargs
 
 
+class DeepSpeedEngineWrapper:
+    """The training engine that ``accelerator.backward`` drives (Accelerate's class).
+
+    ``accelerator.deepspeed_engine_wrapped`` holds one per Accelerator once its model and
+    optimizer are prepared; a second model trained under another plugin gets its own
+    Accelerator, hence its own wrapper (see :mod:`accel.deepspeed_plugins`).
+
+    Args:
+        engine: A ``deepspeed.DeepSpeedEngine``.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self._unzero_norm: float | None = None
+
+    def backward(self, loss: Any, sync_gradients: bool = True, **kwargs: Any) -> None:
+        """``engine.backward``; with ``sync_gradients`` (an accumulation boundary) ``engine.step``.
+
+        The engine divides the loss by its accumulation steps, and its step clips, steps the
+        optimizer (and its scheduler) and zeroes the gradients.
+        """
+        engine = self.engine
+        engine.set_gradient_accumulation_boundary(sync_gradients)
+        engine.backward(loss, **kwargs)
+        if sync_gradients:
+            if engine.zero_optimization_stage() == 0 and engine.gradient_clipping() > 0:
+                # Without ZeRO the engine clips but keeps no norm: take it from the reduced grads.
+                self._unzero_norm = _total_norm(engine.module.parameters())
+            engine.step()
+
+    def get_global_grad_norm(self) -> float | None:
+        """The gradient norm of the last step (before clipping); ``None`` before the first."""
+        norm = self.engine.get_global_grad_norm()
+        if norm is None:  # stage 0 keeps none
+            return self._unzero_norm
+        return float(norm.item() if hasattr(norm, "item") else norm)
+
+
+def _total_norm(parameters: Any) -> float:
+    """The 2-norm of all gradients of ``parameters``."""
+    import torch
+
+    norms = [p.grad.detach().norm() for p in parameters if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
 def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
     """The selected DeepSpeed plugin of ``state`` (an ``AcceleratorState``; several plugins).
 
