@@ -24,7 +24,12 @@ from accel.deepspeed_plugins import (
     split_deepspeed_plugins,
 )
 from accel.errors import AcceleratorConfigError
-from accel.strategies.deepspeed_config import accumulation_steps, plugin_accumulation_steps
+from accel.strategies.deepspeed_config import (
+    KnownValues,
+    accumulation_steps,
+    plugin_accumulation_steps,
+    resolve_config,
+)
 from accel.utils import DeepSpeedEngineWrapper
 from accel.utils.deepspeed import DeepSpeedPlugin
 
@@ -59,6 +64,13 @@ def test_config_edits_before_prepare_reach_the_plugin_config() -> None:
     plugin = DeepSpeedPlugin(hf_ds_config={"train_micro_batch_size_per_gpu": "auto"})
     plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 8
     assert plugin.config_file == {"train_micro_batch_size_per_gpu": 8}
+    # A plugin of fields only has a dict too (Accelerate's scripts write into it).
+    fields = DeepSpeedPlugin(zero_stage=3)
+    assert fields.config_file is None and fields.deepspeed_config == {}
+    fields.deepspeed_config["train_micro_batch_size_per_gpu"] = 2
+    resolved = resolve_config(fields, KnownValues(None, 1, "no", 2))
+    assert resolved["train_micro_batch_size_per_gpu"] == 2
+    assert resolved["zero_optimization"]["stage"] == 3
 
 
 def test_a_later_accelerator_cannot_bring_other_plugins() -> None:

@@ -202,7 +202,8 @@ def resolve_config(
     if micro is None or micro == AUTO:
         raise AcceleratorConfigError(
             "DeepSpeed needs train_micro_batch_size_per_gpu: pass the training dataloader to the "
-            "same accelerator.prepare call as the model, or set it in the DeepSpeed config file."
+            "same accelerator.prepare call as the model, or set it in the DeepSpeed config file "
+            '(or plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = N before prepare).'
         )
     fill(
         config,

@@ -201,19 +201,23 @@ class DeepSpeedPlugin:
         Changes made to the returned dict before ``prepare`` reach the engine.
         """
         if self.hf_ds_config is None:
-            return None
+            return self._config  # entries written into deepspeed_config before prepare, if any
         if self._config is None:
             self._config = load_config_file(self.hf_ds_config)
         return self._config
 
     @property
-    def deepspeed_config(self) -> dict[str, Any] | None:
+    def deepspeed_config(self) -> dict[str, Any]:
         """The resolved config the engine received; before ``prepare``, the user's config.
 
-        As in Accelerate, entries set in it before ``prepare`` (say
-        ``train_micro_batch_size_per_gpu``) are used by the engine.
+        As in Accelerate, it is a dict even for a plugin made of fields only, and entries set in
+        it before ``prepare`` (say ``train_micro_batch_size_per_gpu``) are used by the engine.
         """
-        return self._resolved if self._resolved is not None else self.config_file
+        if self._resolved is not None:
+            return self._resolved
+        if self._config is None:
+            self._config = {} if self.hf_ds_config is None else load_config_file(self.hf_ds_config)
+        return self._config
 
     def zero3_init_context_manager(
         self, enable: bool = True
