@@ -192,6 +192,16 @@ def main() -> None:
     misuse["mismatched_accumulation"] = catch(
         lambda: third.prepare(mlp(5), torch.optim.SGD(mlp(5).parameters(), lr=0.1))
     )
+    # free_memory destroys the peer's engine and frees its plugin for another model.
+    state.select_deepspeed_plugin("peer")
+    peer_accelerator.free_memory()
+    replacement = mlp(6)
+    replacement = third.prepare(replacement, torch.optim.SGD(replacement.parameters(), lr=0.1))[0]
+    facts["after_free_memory"] = [
+        peer_accelerator.deepspeed_engine_wrapped is None,
+        third.deepspeed_engine_wrapped.engine is replacement,
+        replacement.zero_optimization_stage(),
+    ]
     state.select_deepspeed_plugin("student")
 
     engines = {"student": student, "teacher": teacher, "peer": peer}

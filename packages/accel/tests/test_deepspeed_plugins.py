@@ -208,6 +208,8 @@ def test_misuse_gets_errors_naming_the_fix(jobs: dict[str, Any], run: str) -> No
     assert "gradient_accumulation_steps=3" in misuse["accumulation_argument"]
     # The refused Accelerator left the live engines' accumulation count as it was.
     assert _report(jobs, run)["num_steps_after_refusal"] == 2
+    # free_memory destroyed the peer's engine: its plugin trains a new model elsewhere.
+    assert _report(jobs, run)["after_free_memory"] == [True, True, 3]
 
 
 @needs_deepspeed
