@@ -167,6 +167,20 @@ def test_deepspeed_multiple_plugins_distils_a_zero3_teacher_into_a_zero2_student
     assert losses[-1] < losses[0], output  # the student moved towards the teacher
 
 
+def test_deepspeed_multiple_models_train_and_resume_under_two_accelerators(clean_env, tmp_path):
+    first = run_example("deepspeed_multiple_models", "--output_dir", str(tmp_path), env=clean_env)
+    assert "engines: zero stages 2 3" in first
+    final = re.findall(r"epoch 1: accuracy zero2 ([\d.]+) zero3 ([\d.]+)", first)
+    assert final and min(float(value) for value in final[0]) > 0.85, first
+    for name in ("zero2", "zero3"):
+        assert (tmp_path / name / "deepspeed" / "engine").is_dir()
+    resumed = run_example(
+        "deepspeed_multiple_models", "--output_dir", str(tmp_path), "--resume", env=clean_env
+    )
+    # Both engines loaded their state: the same evaluation as at the end of training.
+    assert re.findall(r"resumed: accuracy zero2 ([\d.]+) zero3 ([\d.]+)", resumed) == final
+
+
 def test_big_model_inference_offloads_and_matches(clean_env):
     result = subprocess.run(
         [sys.executable, str(BY_FEATURE / "big_model_inference.py"), "--cpu_budget", "8MB"],

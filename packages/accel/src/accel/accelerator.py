@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import torch
 
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
+from accel.deepspeed_plugins import DeepSpeedAcceleratorMixin, one_deepspeed_argument
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
@@ -58,7 +59,12 @@ _HANDLER_TYPES = (
 
 
 class Accelerator(
-    CheckpointingMixin, FP8AttributesMixin, ParallelismMixin, TrainingStepMixin, TrackersMixin
+    CheckpointingMixin,
+    DeepSpeedAcceleratorMixin,
+    FP8AttributesMixin,
+    ParallelismMixin,
+    TrainingStepMixin,
+    TrackersMixin,
 ):
     """Adapts a raw PyTorch training loop to one CPU, many processes, GPUs or XLA devices.
 
@@ -138,7 +144,7 @@ class Accelerator(
         logging_dir: str | None = None,
     ) -> None:
         _refuse_unsupported(megatron_lm_plugin=megatron_lm_plugin)
-        deepspeed_plugin = _single_deepspeed_plugin(deepspeed_plugin, deepspeed_plugins)
+        deepspeed_plugin = one_deepspeed_argument(deepspeed_plugin, deepspeed_plugins)
         if logging_dir is not None:
             if project_dir is not None and str(project_dir) != str(logging_dir):
                 raise AcceleratorConfigError(
@@ -468,11 +474,6 @@ class Accelerator(
         profiler.export_chrome_trace(path)
         self.wait_for_everyone()
 
-    @property
-    def deepspeed_plugin(self) -> Any:
-        """The :class:`~accel.DeepSpeedPlugin` in effect (with its resolved config), else ``None``."""
-        return self.state._shared_state.get("deepspeed_plugin")
-
     def verify_device_map(self, model: torch.nn.Module) -> bool:
         """Whether ``model`` (or a submodule) was dispatched over several devices by a device map.
 
@@ -513,15 +514,6 @@ def _refuse_unsupported(**arguments: Any) -> None:
             raise UnsupportedFeatureError(
                 f"Accelerator({name}={value!r}): {_UNSUPPORTED_ARGUMENTS[name]}; leave it None."
             )
-
-
-def _single_deepspeed_plugin(plugin: Any, plugins: Any) -> Any:
-    """``deepspeed_plugin`` or Accelerate's ``deepspeed_plugins`` (a plugin or a dict of them)."""
-    if plugins is not None and plugin is not None:
-        raise AcceleratorConfigError(
-            "deepspeed_plugin and deepspeed_plugins were both given; pass one of them."
-        )
-    return plugins if plugins is not None else plugin
 
 
 def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandler]:

@@ -7,7 +7,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from accel.deepspeed_plugins import DeepSpeedPluginsMixin, split_deepspeed_plugins
+from accel.deepspeed_plugins import (
+    DeepSpeedPluginsMixin,
+    refuse_plugins_for_existing_state,
+    split_deepspeed_plugins,
+)
 from accel.errors import AcceleratorConfigError, StateResetError
 from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_state import (
@@ -93,6 +97,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
                     "cannot be honoured in the same process. Create one Accelerator per process, "
                     "or call AcceleratorState._reset_state() first."
                 )
+            refuse_plugins_for_existing_state(self._shared_state, deepspeed_plugin)
             return
         contract = partial.contract
         deepspeed_plugin, deepspeed_plugins = split_deepspeed_plugins(deepspeed_plugin, None)

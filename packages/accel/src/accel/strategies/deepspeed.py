@@ -5,6 +5,10 @@ by the accumulation steps) and, on synchronising micro-steps, ``engine.step`` (o
 clipping, gradient zeroing); the prepared optimizer's ``step``/``zero_grad`` then do nothing.
 A user's torch scheduler stays an :class:`~accel.AcceleratedScheduler` (stepped as under DDP);
 a :class:`~accel.utils.DummyScheduler` becomes the engine's own. deepspeed is imported here only.
+
+One training engine per Accelerator (``accelerator.deepspeed_engine_wrapped``); models prepared
+without an optimizer under another selected plugin become inference engines beside it (see
+:mod:`accel.deepspeed_plugins`), saved and loaded with the training state as full weights.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFe
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
-from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
+from accel.strategies.deepspeed_config import KnownValues, resolve_config
 from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
 from accel.utils.build_locks import warn_about_stale_build_locks
 from accel.utils.deepspeed import (
+    DeepSpeedEngineWrapper,
     DeepSpeedPlugin,
     DummyOptim,
     DummyScheduler,
@@ -88,12 +93,25 @@ class DeepSpeedStrategy(ModelStrategy):
         self.plugin: DeepSpeedPlugin = plugin
         self.mixed_precision = accelerator_state.mixed_precision.value
         gradient_state = GradientState()
-        steps = accumulation_steps(plugin, gradient_state.num_steps)
+        # What this Accelerator asked for; the plugin selected at prepare may set its own.
+        self._requested_steps = gradient_state.num_steps
+        live = accelerator_state._live_deepspeed_engines()
+        try:
+            steps = accelerator_state._shared_accumulation_steps(plugin, self._requested_steps)
+        except AcceleratorConfigError:
+            if live:  # this Accelerator's settings already reached the shared GradientState
+                gradient_state.plugin_kwargs["num_steps"] = live[0][1].gradient_accumulation_steps()
+            raise
         gradient_state.plugin_kwargs["num_steps"] = steps
-        self.engine: Any = None
+        # The training engine that backward drives (Accelerate's deepspeed_engine_wrapped).
+        self.engine_wrapped: DeepSpeedEngineWrapper | None = None
         # Inference engines built under another selected plugin (see accel.deepspeed_plugins).
         self.inference_engines: list[Any] = []
-        self._unzero_norm: float | None = None
+
+    @property
+    def engine(self) -> Any:
+        """The training engine (``None`` before ``prepare``)."""
+        return None if self.engine_wrapped is None else self.engine_wrapped.engine
 
     # ------------------------------------------------------------------ prepare
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -145,9 +163,18 @@ class DeepSpeedStrategy(ModelStrategy):
         if self.engine is not None:
             raise PreparationError(
                 "This Accelerator already holds a DeepSpeed engine; a second model (or the same "
-                "model prepared again, whose ZeRO-3 parameters are sharded) cannot get another. "
-                "Prepare each model once, with its optimizer, in one call."
+                "model prepared again, whose ZeRO-3 parameters are sharded) cannot get another: "
+                "its backward drives one engine. Prepare each model once, with its optimizer, in "
+                "one call; train a second model through a second Accelerator() (after "
+                "accelerator.state.select_deepspeed_plugin(name)), or prepare a model without an "
+                "optimizer under another selected plugin for inference."
             )
+        from accel.state import AcceleratorState
+
+        state = AcceleratorState()
+        state._check_plugin_can_train(selected)
+        steps = state._shared_accumulation_steps(selected, self._requested_steps)
+        GradientState().plugin_kwargs["num_steps"] = steps
         result = list(prepared)
         self.plugin = selected
         engine, optimizer, scheduler = self._initialize(
@@ -234,8 +261,11 @@ class DeepSpeedStrategy(ModelStrategy):
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
         cast_inputs_for_bf16(engine, config)
-        if training:  # inference engines (another plugin) stay out of backward and save_state
-            self.engine = engine
+        if training:  # inference engines (another plugin) stay out of backward
+            from accel.state import AcceleratorState
+
+            self.engine_wrapped = DeepSpeedEngineWrapper(engine)
+            AcceleratorState()._register_deepspeed_engine(plugin, engine)
         wrapper = (
             None
             if engine_optimizer is None
@@ -244,8 +274,17 @@ class DeepSpeedStrategy(ModelStrategy):
         return engine, wrapper, engine_scheduler
 
     def free_memory(self) -> None:
-        """Drop the engines, so the next ``prepare`` may build a new one."""
-        self.engine = None
+        """Destroy the training engine (as Accelerate does) and drop every engine.
+
+        The next ``prepare`` may build a new one, under any plugin.
+        """
+        engine = self.engine
+        if engine is not None:
+            from accel.state import AcceleratorState
+
+            AcceleratorState()._forget_deepspeed_engine(engine)
+            engine.destroy()
+        self.engine_wrapped = None
         self.inference_engines = []
 
     # ------------------------------------------------------------------ training step
@@ -259,15 +298,8 @@ class DeepSpeedStrategy(ModelStrategy):
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``engine.backward``; on a synchronising micro-step also ``engine.step``."""
-        engine = self._require_engine()
-        sync = GradientState().sync_gradients
-        engine.set_gradient_accumulation_boundary(sync)
-        engine.backward(loss, **kwargs)
-        if sync:
-            if engine.zero_optimization_stage() == 0 and engine.gradient_clipping() > 0:
-                # Without ZeRO the engine clips but keeps no norm: take it from the reduced grads.
-                self._unzero_norm = _total_norm(engine.module.parameters())
-            engine.step()
+        wrapped = self._require_wrapper()
+        wrapped.backward(loss, sync_gradients=GradientState().sync_gradients, **kwargs)
 
     def clip_grad_norm_(
         self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
@@ -279,18 +311,16 @@ class DeepSpeedStrategy(ModelStrategy):
         Raises:
             AcceleratorConfigError: ``max_norm`` differs from the engine's clipping value.
         """
-        engine = self._require_engine()
-        configured = float(engine.gradient_clipping() or 0.0)
+        wrapped = self._require_wrapper()
+        configured = float(wrapped.engine.gradient_clipping() or 0.0)
         if configured != float(max_norm):
             raise AcceleratorConfigError(
                 f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: the engine clips inside its "
                 f"step at gradient_clipping={configured}; set DeepSpeedPlugin(gradient_clipping="
                 f"{max_norm}) or gradient_clipping in the config file (or --gradient_clipping)."
             )
-        norm = engine.get_global_grad_norm()
-        if norm is None:  # stage 0 keeps none; nan before the first step
-            norm = self._unzero_norm
-        return torch.as_tensor(float("nan") if norm is None else float(norm))
+        norm = wrapped.get_global_grad_norm()  # None before the first step
+        return torch.as_tensor(float("nan") if norm is None else norm)
 
     def clip_grad_value_(self, parameters: list[torch.Tensor], clip_value: float) -> None:
         """Not available: the engine owns gradients and clips by norm only.
@@ -307,8 +337,18 @@ class DeepSpeedStrategy(ModelStrategy):
     def checkpoint_split(
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
     ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
-        """The engine's model and optimizer go through ``engine.save_checkpoint`` (every rank)."""
-        if self.engine is None:
+        """The training engine goes through ``engine.save_checkpoint``, inference engines as weights.
+
+        DeepSpeed cannot checkpoint an engine without an optimizer, so each inference engine's
+        full weights (ZeRO-3 shards gathered) are saved beside it.
+        """
+        sharded: list[ShardedState] = [
+            InferenceEngineWeights(engine, f"deepspeed_inference_{index}")
+            for index, engine in enumerate(self.inference_engines)
+        ]
+        if self.engine is not None:
+            sharded.insert(0, EngineCheckpoint(self.engine))
+        if not sharded:
             return list(models), list(optimizers), []
         plain_models = [
             model
@@ -322,32 +362,87 @@ class DeepSpeedStrategy(ModelStrategy):
                 isinstance(optimizer, DeepSpeedOptimizerWrapper) and optimizer.engine is self.engine
             )
         ]
-        return plain_models, plain_optimizers, [EngineCheckpoint(self.engine)]
+        return plain_models, plain_optimizers, sharded
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's weights on the CPU, on every rank (ZeRO-3 shards gathered first)."""
-        engine = self.engine
         module = self.unwrap(model) or model
-        if engine is None or module is not engine.module:
+        engine = next(
+            (
+                engine
+                for engine in (self.engine, *self.inference_engines)
+                if engine is not None and module is engine.module
+            ),
+            None,
+        )
+        if engine is None:
             return {
                 name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()
             }
-        if engine.zero_optimization_partition_weights():
-            deepspeed = import_deepspeed()
-            parameters = list(module.parameters())
-            with deepspeed.zero.GatheredParameters(parameters, modifier_rank=None):
-                return {
-                    name: tensor.detach().cpu().clone()
-                    for name, tensor in module.state_dict().items()
-                }
-        return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+        return gathered_weights(engine)
 
-    def _require_engine(self) -> Any:
-        if self.engine is None:
+    def _require_wrapper(self) -> DeepSpeedEngineWrapper:
+        if self.engine_wrapped is None:
             raise PreparationError(
                 "No DeepSpeed engine yet: pass the model (and its optimizer) to accelerator.prepare first."
             )
-        return self.engine
+        return self.engine_wrapped
+
+
+def gathered_weights(engine: Any) -> dict[str, torch.Tensor]:
+    """The engine's full module weights on the CPU, on every rank (ZeRO-3 shards gathered)."""
+    module = engine.module
+    context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if engine.zero_optimization_partition_weights():
+        deepspeed = import_deepspeed()
+        context = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+    with context:
+        return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+
+
+class InferenceEngineWeights:
+    """An inference engine's full weights as one safetensors file in the checkpoint.
+
+    Saved gathered (rank 0 writes); loaded on every rank, through ``GatheredParameters`` under
+    ZeRO-3 so the loaded values are sharded again on exit.
+    """
+
+    file = "model.safetensors"
+
+    def __init__(self, engine: Any, name: str) -> None:
+        self.engine = engine
+        self.name = name
+
+    def save(self, folder: Path) -> None:
+        """Gather the weights (every rank) and write them (rank 0)."""
+        from safetensors.torch import save_file
+
+        weights = gathered_weights(self.engine)
+        if PartialState().is_main_process:
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / self.file))
+
+    def load(self, folder: Path) -> None:
+        """Load the weights into the engine's module (every rank).
+
+        Raises:
+            IncompleteCheckpointError: ``folder`` holds no weights file.
+        """
+        from safetensors.torch import load_file
+
+        path = folder / self.file
+        if not path.is_file():
+            raise IncompleteCheckpointError(
+                f"{folder} holds no {self.file} for the DeepSpeed inference engine {self.name!r}; "
+                "was the state saved with the same models prepared?"
+            )
+        weights = load_file(str(path))
+        module = self.engine.module
+        context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.engine.zero_optimization_partition_weights():
+            deepspeed = import_deepspeed()
+            context = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
+        with context, torch.no_grad():
+            module.load_state_dict(weights)
 
 
 class EngineCheckpoint:
@@ -385,12 +480,6 @@ class EngineCheckpoint:
             raise IncompleteCheckpointError(
                 f"DeepSpeed could not load the engine checkpoint in {folder}."
             )
-
-
-def _total_norm(parameters: Any) -> float:
-    """The 2-norm of all gradients of ``parameters``."""
-    norms = [p.grad.detach().norm() for p in parameters if p.grad is not None]
-    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:

@@ -57,6 +57,24 @@ def accumulation_steps(plugin: DeepSpeedPlugin, accelerator_steps: int) -> int:
     candidates: list[tuple[str, int]] = []
     if accelerator_steps != 1:
         candidates.append(("the Accelerator's gradient_accumulation_steps", accelerator_steps))
+    candidates += _plugin_accumulation(plugin)
+    _check_agreement(candidates)
+    return candidates[0][1] if candidates else 1
+
+
+def plugin_accumulation_steps(plugin: DeepSpeedPlugin) -> int | None:
+    """The accumulation steps the plugin itself sets (field or file), ``None`` when unset/"auto".
+
+    Raises:
+        AcceleratorConfigError: The field and the file set different values.
+    """
+    candidates = _plugin_accumulation(plugin)
+    _check_agreement(candidates)
+    return candidates[0][1] if candidates else None
+
+
+def _plugin_accumulation(plugin: DeepSpeedPlugin) -> list[tuple[str, int]]:
+    candidates: list[tuple[str, int]] = []
     if plugin.gradient_accumulation_steps is not None:
         candidates.append(
             ("DeepSpeedPlugin.gradient_accumulation_steps", plugin.gradient_accumulation_steps)
@@ -64,13 +82,16 @@ def accumulation_steps(plugin: DeepSpeedPlugin, accelerator_steps: int) -> int:
     in_file = (plugin.config_file or {}).get("gradient_accumulation_steps", AUTO)
     if in_file != AUTO:
         candidates.append(("the DeepSpeed config file's gradient_accumulation_steps", int(in_file)))
+    return candidates
+
+
+def _check_agreement(candidates: list[tuple[str, int]]) -> None:
     for name, value in candidates[1:]:
         if value != candidates[0][1]:
             raise AcceleratorConfigError(
                 f"{candidates[0][0]}={candidates[0][1]} disagrees with {name}={value}; set one "
                 'value (or "auto" in the config file).'
             )
-    return candidates[0][1] if candidates else 1
 
 
 def _get(config: dict[str, Any], path: str) -> Any:
@@ -181,7 +202,8 @@ def resolve_config(
     if micro is None or micro == AUTO:
         raise AcceleratorConfigError(
             "DeepSpeed needs train_micro_batch_size_per_gpu: pass the training dataloader to the "
-            "same accelerator.prepare call as the model, or set it in the DeepSpeed config file."
+            "same accelerator.prepare call as the model, or set it in the DeepSpeed config file "
+            '(or plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = N before prepare).'
         )
     fill(
         config,

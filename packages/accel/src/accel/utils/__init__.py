@@ -208,6 +208,7 @@ _FROM_ACCEL = {
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "GradientAccumulationPlugin": "accel.plugins",
     "DeepSpeedPlugin": "accel.utils.deepspeed",
+    "DeepSpeedEngineWrapper": "accel.utils.deepspeed",
     "DummyOptim": "accel.utils.deepspeed",
     "get_active_deepspeed_plugin": "accel.utils.deepspeed",
     "TORCH_LAUNCH_PARAMS": "accel.utils.constants",

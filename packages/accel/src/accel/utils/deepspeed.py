@@ -201,19 +201,23 @@ class DeepSpeedPlugin:
         Changes made to the returned dict before ``prepare`` reach the engine.
         """
         if self.hf_ds_config is None:
-            return None
+            return self._config  # entries written into deepspeed_config before prepare, if any
         if self._config is None:
             self._config = load_config_file(self.hf_ds_config)
         return self._config
 
     @property
-    def deepspeed_config(self) -> dict[str, Any] | None:
+    def deepspeed_config(self) -> dict[str, Any]:
         """The resolved config the engine received; before ``prepare``, the user's config.
 
-        As in Accelerate, entries set in it before ``prepare`` (say
-        ``train_micro_batch_size_per_gpu``) are used by the engine.
+        As in Accelerate, it is a dict even for a plugin made of fields only, and entries set in
+        it before ``prepare`` (say ``train_micro_batch_size_per_gpu``) are used by the engine.
         """
-        return self._resolved if self._resolved is not None else self.config_file
+        if self._resolved is not None:
+            return self._resolved
+        if self._config is None:
+            self._config = {} if self.hf_ds_config is None else load_config_file(self.hf_ds_config)
+        return self._config
 
     def zero3_init_context_manager(
         self, enable: bool = True
@@ -274,6 +278,52 @@ class DummyScheduler:
         self.warmup_num_steps = warmup_num_steps
         self.lr_scheduler_callable = lr_scheduler_callable
         self.kwargs = kwargs
+
+
+class DeepSpeedEngineWrapper:
+    """The training engine that ``accelerator.backward`` drives (Accelerate's class).
+
+    ``accelerator.deepspeed_engine_wrapped`` holds one per Accelerator once its model and
+    optimizer are prepared; a second model trained under another plugin gets its own
+    Accelerator, hence its own wrapper (see :mod:`accel.deepspeed_plugins`).
+
+    Args:
+        engine: A ``deepspeed.DeepSpeedEngine``.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self._unzero_norm: float | None = None
+
+    def backward(self, loss: Any, sync_gradients: bool = True, **kwargs: Any) -> None:
+        """``engine.backward``; with ``sync_gradients`` (an accumulation boundary) ``engine.step``.
+
+        The engine divides the loss by its accumulation steps, and its step clips, steps the
+        optimizer (and its scheduler) and zeroes the gradients.
+        """
+        engine = self.engine
+        engine.set_gradient_accumulation_boundary(sync_gradients)
+        engine.backward(loss, **kwargs)
+        if sync_gradients:
+            if engine.zero_optimization_stage() == 0 and engine.gradient_clipping() > 0:
+                # Without ZeRO the engine clips but keeps no norm: take it from the reduced grads.
+                self._unzero_norm = _total_norm(engine.module.parameters())
+            engine.step()
+
+    def get_global_grad_norm(self) -> float | None:
+        """The gradient norm of the last step (before clipping); ``None`` before the first."""
+        norm = self.engine.get_global_grad_norm()
+        if norm is None:  # stage 0 keeps none
+            return self._unzero_norm
+        return float(norm.item() if hasattr(norm, "item") else norm)
+
+
+def _total_norm(parameters: Any) -> float:
+    """The 2-norm of all gradients of ``parameters``."""
+    import torch
+
+    norms = [p.grad.detach().norm() for p in parameters if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
