@@ -144,11 +144,48 @@ def cpu_information_and_affinity() -> dict[str, Any]:
     }
 
 
+def trackers_and_rng(folder: str) -> dict[str, Any]:
+    """``GeneralTracker.start`` per process, and ``RNGType``'s new members refused on every rank."""
+    from accel.tracking import GeneralTracker
+    from accel.utils import synchronize_rng_states
+
+    class Recording(GeneralTracker):
+        name = "recording"
+        requires_logging_directory = False
+
+        def __init__(self, main_process_only: bool) -> None:
+            self.main_process_only = main_process_only
+            self.events: list[str] = []
+
+        def start(self) -> None:
+            self.events.append("start")
+
+        def store_init_configuration(self, values: Any) -> None:
+            self.events.append(f"config {dict(values)}")
+
+        def log(self, values: Any, step: int | None = None, **kwargs: Any) -> None:
+            self.events.append(f"log {dict(values)}")
+
+    reset_state()
+    main_only, everywhere = Recording(True), Recording(False)
+    accelerator = Accelerator(cpu=True, log_with=[main_only, everywhere], project_dir=folder)
+    accelerator.init_trackers("names", config={"lr": 0.1})
+    accelerator.log({"loss": 1.0})
+    try:
+        synchronize_rng_states(["hpu"])
+        refusal = ""
+    except Exception as error:  # noqa: BLE001 - the message is what the test reads
+        refusal = f"{type(error).__name__}: {error}"
+    accelerator.wait_for_everyone()  # both ranks got past the refusal: nobody hangs in it
+    return {"main_only": main_only.events, "everywhere": everywhere.events, "hpu": refusal}
+
+
 def names_job(folder: str) -> dict[str, Any]:
     """Every check above, on each rank (``folder`` is shared)."""
     out: dict[str, Any] = {"restarts": restarts(3)}
     out["slices"] = dispatched_slices()
     out["full_broadcast"] = full_checkpoint_broadcast_into_shards(folder)
     out["cpu"] = cpu_information_and_affinity()
+    out["trackers_rng"] = trackers_and_rng(folder)
     out["print_after_end"] = print_after_end_training()  # last: it ends the job's state
     return out

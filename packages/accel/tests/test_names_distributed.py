@@ -5,7 +5,7 @@ The 2-process checks run in one spawned job (names_workers.names_job): restartin
 a new Accelerator several times, ``prepare_data_loader(slice_fn_for_dispatch=)`` with dispatched
 batches and ``GradientState.dataloader_references``, ``load_checkpoint_in_model(full_state_dict=
 True, broadcast_from_rank0=True)`` into an FSDP2 model, ``get_cpu_distributed_information`` and
-``set_numa_affinity``, and ``accelerator.print`` after ``end_training()``.
+``set_numa_affinity``, ``GeneralTracker.start`` per process, ``RNGType``'s new members, and ``accelerator.print`` after ``end_training()``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,15 @@ def test_cpu_information_and_numa_affinity_per_rank(ranks):
 
         if len(numa_nodes()) <= 1:
             assert not pinned[0] & pinned[1], "two local processes share no core on one node"
+
+
+def test_tracker_start_per_process_and_new_rng_types_refused_on_every_rank(ranks):
+    first, second = (rank["trackers_rng"] for rank in ranks)
+    started = ["start", "config {'lr': 0.1}", "log {'loss': 1.0}"]
+    assert first["main_only"] == started and second["main_only"] == []
+    assert first["everywhere"] == started and second["everywhere"] == started
+    for rank in (first, second):
+        assert rank["hpu"].startswith("RNGSyncError") and "rng_type='hpu'" in rank["hpu"]
 
 
 def test_print_after_end_training_prints_on_the_main_process_only(ranks):
