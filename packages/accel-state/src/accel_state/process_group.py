@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store
+from torch.distributed.rendezvous import rendezvous
 
 from accel_state.cluster.base import ProcessLayout
 from accel_state.contract import flight_recorder_env
@@ -42,7 +44,7 @@ _started_here = False  # whether the current default group was started (so is ow
 _starting = threading.Event()  # set while this process waits in the default group's rendezvous
 # The rendezvous store of this process's default groups, kept for the life of the process (see
 # _generation_store), keyed by the init method, rank and world size it was made for.
-_rendezvous: dict[tuple[str, int, int], dist.Store] = {}
+_rendezvous: dict[tuple[str, int, int], Store] = {}
 _generation = 0  # how many default groups this process started over the tcp/env rendezvous
 
 
@@ -172,16 +174,16 @@ def start_process_group(
     _starting.set()
     try:
         if backend == "xla":
-            rendezvous: dict[str, Any] = {"init_method": init_method}
+            rendezvous_args: dict[str, Any] = {"init_method": init_method}
         else:
-            rendezvous = {"store": _generation_store(init_method, layout, timeout)}
+            rendezvous_args = {"store": _generation_store(init_method, layout, timeout)}
         dist.init_process_group(
             backend=backend,
             rank=layout.rank,
             world_size=layout.world_size,
             timeout=timeout,
             device_id=bound_device,
-            **rendezvous,
+            **rendezvous_args,
         )
     except Exception as error:
         raise ProcessGroupError(
@@ -198,7 +200,7 @@ def start_process_group(
 
 def _generation_store(
     init_method: str, layout: ProcessLayout, timeout: datetime.timedelta
-) -> dist.Store:
+) -> Store:
     """The rendezvous store for the next default group: one store per process, a fresh prefix.
 
     A process may start a group, destroy it and start another (``reset_state()`` then a new
@@ -213,15 +215,13 @@ def _generation_store(
     store = _rendezvous.get(key)
     if store is None:
         store, _, _ = next(
-            dist.rendezvous(
-                init_method, rank=layout.rank, world_size=layout.world_size, timeout=timeout
-            )
+            rendezvous(init_method, rank=layout.rank, world_size=layout.world_size, timeout=timeout)
         )
         _rendezvous.clear()
         _rendezvous[key] = store
     store.set_timeout(timeout)
     _generation += 1
-    return dist.PrefixStore(f"accel_default_group_{_generation}/", store)
+    return PrefixStore(f"accel_default_group_{_generation}/", store)
 
 
 def stop_process_group() -> None:

@@ -13,7 +13,7 @@ from accel.state import AcceleratorState, is_initialized
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
-from accel_state import DistributedType, GradientState
+from accel_state import DistributedType, GradientState, PartialState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +53,7 @@ class JobFactsMixin:
     _ended_facts: ProcessFacts | None = None
 
     @property
-    def _process_facts(self) -> Any:
+    def _process_facts(self) -> ProcessFacts | PartialState:
         """The live process state, or after ``end_training()`` the facts recorded then."""
         if self._ended_facts is not None and not is_initialized():
             return self._ended_facts
