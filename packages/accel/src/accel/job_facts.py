@@ -29,7 +29,7 @@ class ProcessFacts:
     use_distributed: bool
 
     @classmethod
-    def of(cls, partial: Any) -> ProcessFacts:
+    def of(cls, partial: PartialState) -> ProcessFacts:
         """The facts of a live :class:`~accel_state.PartialState`."""
         return cls(
             **{field.name: getattr(partial, field.name) for field in dataclasses.fields(cls)}
