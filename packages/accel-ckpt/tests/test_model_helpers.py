@@ -147,3 +147,26 @@ def test_align_module_device_moves_and_restores_and_loads_offloaded_weights():
     with align_module_device(offloaded):
         assert torch.equal(offloaded.weight, expected)
     assert offloaded.weight.device.type == "meta"
+
+
+def test_offloaded_weights_are_found_inside_nested_sequential_hooks():
+    from accel_ckpt.big_modeling.hooks import (
+        AlignDevicesHook,
+        ModelHook,
+        add_hook_to_module,
+        offloading_hook,
+    )
+
+    offloaded = torch.nn.Linear(2, 2)
+    expected = offloaded.weight.detach().clone()
+    cpu_offload(offloaded, execution_device="cpu")
+    align = offloading_hook(offloaded)
+    assert isinstance(align, AlignDevicesHook) and align.offload
+    add_hook_to_module(offloaded, ModelHook(), append=True)  # SequentialHook(align, other)
+    add_hook_to_module(offloaded, ModelHook(), append=True)  # nested one level deeper
+    assert type(offloaded._hf_hook.hooks[0]).__name__ == "SequentialHook"
+    assert offloading_hook(offloaded) is align
+    with align_module_device(offloaded):
+        assert torch.equal(offloaded.weight, expected)
+    assert offloaded.weight.device.type == "meta"
+    assert offloading_hook(torch.nn.Linear(2, 2)) is None

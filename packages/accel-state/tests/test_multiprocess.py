@@ -96,6 +96,16 @@ def test_stopping_frees_the_group_even_after_ddp():
     assert spawn_workers(workers.group_freed_after_stop, 2, timeout=120) == [True, True]
 
 
+@pytest.mark.timeout(300)
+def test_reset_and_restart_many_times_while_old_groups_live():
+    # Regression: the third start hung in the rendezvous when a prepared DDP model still held
+    # an earlier group (rank 0's old store kept the port and served the old group's keys).
+    assert spawn_workers(workers.restart_while_old_groups_live, 2, args=(4,), timeout=180) == [
+        [3.0] * 4,
+        [3.0] * 4,
+    ]
+
+
 def test_failure_in_one_rank_ends_the_job_with_its_traceback():
     started = time.monotonic()
     with pytest.raises(WorkerFailedError) as raised:

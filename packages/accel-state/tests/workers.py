@@ -231,3 +231,25 @@ def accelerate_members() -> dict[str, object]:
         "value": state.distributed_type.value,
         "default_device": str(state.default_device),
     }
+
+
+def restart_while_old_groups_live(cycles: int) -> list[float]:
+    """Reset and start the group ``cycles`` times, keeping each old group alive (as DDP does).
+
+    Each cycle sums the ranks over a DDP model's group; the models of earlier cycles still hold
+    theirs, so a new group that rendezvoused on the old store would read stale keys and hang.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    from accel_state import reset_state
+
+    held: list[DistributedDataParallel] = []
+    sums = []
+    for _ in range(cycles):
+        reset_state()
+        state = PartialState()
+        held.append(DistributedDataParallel(torch.nn.Linear(2, 2)))
+        total = torch.tensor([state.process_index + 1.0])
+        dist.all_reduce(total)
+        sums.append(total.item())
+    return sums

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, AcceleratorConfigError, PreparationError
-from accel.utils import DummyOptim, DummyScheduler
+from accel.utils import DummyOptim, DummyScheduler, GatheredParameters
 
 BATCH, ACCUMULATION, CLIP, LR = 4, 2, 1.0, 0.02
 
@@ -149,10 +149,28 @@ def main() -> None:
         if weights is None
         else {name: tensor.tolist() for name, tensor in weights.items()},
     }
+    # Last: it edits the weights (the report holds copies of them by now).
+    report["gathered"] = gathered_parameters_facts(accelerator, model)
     if accelerator.is_main_process:
         with open(args.out, "w") as handle:
             json.dump(report, handle)
     accelerator.end_training()
+
+
+def gathered_parameters_facts(accelerator: Accelerator, model: torch.nn.Module) -> dict:
+    """GatheredParameters: whole parameters inside the block; under ZeRO-3 rank 0's edit spreads."""
+    params = list(accelerator.unwrap_model(model).parameters())
+    full = [list(getattr(p, "ds_shape", p.shape)) for p in params]
+    outside = [p.numel() for p in params]
+    with GatheredParameters(params, modifier_rank=0):
+        inside = [list(p.shape) for p in params]
+        if accelerator.is_main_process:
+            with torch.no_grad():
+                params[0].fill_(0.5)
+    with GatheredParameters(params[0]):
+        edited = float(torch.all(params[0] == 0.5))
+    seen = accelerator.reduce(torch.tensor(edited), "sum").item()
+    return {"full": full, "outside": outside, "inside": inside, "edit_seen_by": seen}
 
 
 if __name__ == "__main__":

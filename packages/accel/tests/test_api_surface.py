@@ -494,3 +494,9 @@ def test_fsdp_merge_and_size_helpers_under_accelerate_names(tmp_path):
     assert not has_offloaded_params(model[0])
     cpu_offload(model, execution_device="cpu")
     assert has_offloaded_params(model[0])
+    # Regression: an offload hook chained with another one (a SequentialHook) still counts.
+    from accel_ckpt.big_modeling.hooks import ModelHook, add_hook_to_module
+
+    add_hook_to_module(model[0], ModelHook(), append=True)
+    assert type(model[0]._hf_hook).__name__ == "SequentialHook"
+    assert has_offloaded_params(model[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,23 @@ def test_each_zero_stage_trains_like_ddp(jobs: dict[str, dict[str, Any]], stage:
     # Misuse under DeepSpeed is reported, not ignored.
     assert "gradient_clipping=1.0" in run["errors"]["clip"]
     assert "already holds a DeepSpeed engine" in run["errors"]["second_model"]
+
+
+@needs_deepspeed
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("stage", [2, 3])
+def test_gathered_parameters_make_zero3_shards_whole(
+    jobs: dict[str, dict[str, Any]], stage: int
+) -> None:
+    found = _report(jobs, f"zero{stage}")["gathered"]
+    sizes = [math.prod(shape) for shape in found["full"]]
+    assert found["inside"] == found["full"]  # whole inside the block at every stage
+    if stage == 3:
+        assert found["outside"] == [0] * len(sizes)  # partitioned outside it
+        assert found["edit_seen_by"] == 2  # rank 0's edit (modifier_rank=0) reached rank 1
+    else:
+        assert found["outside"] == sizes  # nothing to gather: the block is a no-op
+        assert found["edit_seen_by"] == 1  # so rank 0's edit stays on rank 0
 
 
 @needs_deepspeed

@@ -268,3 +268,17 @@ def test_sagemaker_enum_has_accelerates_members():
         "DATA_PARALLEL",
         "MODEL_PARALLEL",
     ]
+
+
+def test_convert_model_refuses_the_reverse_direction_and_names_transformer_engine():
+    from accel.errors import UnsupportedFeatureError
+    from accel.utils import convert_model
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+    before = [type(layer) for layer in model]
+    with pytest.raises(UnsupportedFeatureError, match=r"to_transformer_engine=False.*save_model"):
+        convert_model(model, to_transformer_engine=False)
+    if importlib.util.find_spec("transformer_engine") is None:
+        with pytest.raises(UnsupportedFeatureError, match="transformer-engine"):
+            convert_model(model)
+    assert [type(layer) for layer in model] == before  # a refusal leaves the model as it was

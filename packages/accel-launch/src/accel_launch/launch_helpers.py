@@ -102,19 +102,39 @@ def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict
 
     args.use_deepspeed = True
     plan, env = _plan_env(args)
-    command = [sys.executable, "-m", "accel_launch.cli", "launch", "--use_deepspeed"]
-    command += [f"--num_processes={plan.num_processes}", f"--num_machines={plan.num_machines}"]
-    if plan.num_machines > 1:
-        command += [f"--machine_rank={plan.machine_rank}"]
-        command += [f"--main_process_ip={plan.rdzv_endpoint.rpartition(':')[0].strip('[]')}"]
-    if plan.use_cpu:
-        command.append("--cpu")
-    if plan.module:
-        command.append("--module")
-    if plan.no_python:
-        command.append("--no_python")
+    command = [sys.executable, "-m", "accel_launch.cli", "launch", *launch_flags_of(args)]
     command += [plan.target, *plan.target_args]
     return command, env
+
+
+def launch_flags_of(args: argparse.Namespace) -> list[str]:
+    """The ``accel launch`` flags that give ``args`` again: every option set to a non-default value.
+
+    Used to hand a parsed launch on to another ``accel launch`` process without losing any
+    setting (the DeepSpeed flags, the precision, ``--env``...).
+    """
+    from accel_launch.launch_args import build_launch_parser
+
+    flags: list[str] = []
+    for action in build_launch_parser()._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value is None or value == action.default:
+            continue
+        name = next(
+            (o for o in action.option_strings if o.startswith("--")), action.option_strings[0]
+        )
+        if isinstance(action, argparse._StoreTrueAction):
+            flags.append(name)
+        elif isinstance(action, argparse._AppendAction):
+            for item in value:
+                flags += [name, str(item)]
+        elif isinstance(value, bool):
+            flags.append(f"{name}={str(value).lower()}")
+        else:
+            flags.append(f"{name}={value}")
+    return flags
 
 
 def prepare_tpu(

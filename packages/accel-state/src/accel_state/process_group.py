@@ -24,9 +24,12 @@ import gc
 import os
 import sys
 import threading
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store
+from torch.distributed.rendezvous import rendezvous
 
 from accel_state.cluster.base import ProcessLayout
 from accel_state.contract import flight_recorder_env
@@ -39,6 +42,10 @@ STARTUP_TIMEOUT_SECONDS = 600.0
 
 _started_here = False  # whether the current default group was started (so is owned) here
 _starting = threading.Event()  # set while this process waits in the default group's rendezvous
+# The rendezvous store of this process's default groups, kept for the life of the process (see
+# _generation_store), keyed by the init method, rank and world size it was made for.
+_rendezvous: dict[tuple[str, int, int], Store] = {}
+_generation = 0  # how many default groups this process started over the tcp/env rendezvous
 
 
 def group_start_in_progress() -> bool:
@@ -166,13 +173,17 @@ def start_process_group(
     _import_modules_that_capture_the_group()
     _starting.set()
     try:
+        if backend == "xla":
+            rendezvous_args: dict[str, Any] = {"init_method": init_method}
+        else:
+            rendezvous_args = {"store": _generation_store(init_method, layout, timeout)}
         dist.init_process_group(
             backend=backend,
-            init_method=init_method,
             rank=layout.rank,
             world_size=layout.world_size,
             timeout=timeout,
             device_id=bound_device,
+            **rendezvous_args,
         )
     except Exception as error:
         raise ProcessGroupError(
@@ -185,6 +196,32 @@ def start_process_group(
     _started_here = True
     atexit.register(stop_at_exit)
     return True
+
+
+def _generation_store(
+    init_method: str, layout: ProcessLayout, timeout: datetime.timedelta
+) -> Store:
+    """The rendezvous store for the next default group: one store per process, a fresh prefix.
+
+    A process may start a group, destroy it and start another (``reset_state()`` then a new
+    Accelerator). Rendezvousing afresh on the same address each time hangs whenever something
+    still holds the old group (a prepared DDP model does): rank 0's old store keeps serving the
+    port, torch reuses it, and the new group reads the old group's keys. So the store made by
+    the first rendezvous lives as long as the process, and each group starts under its own
+    prefix, which every process counts the same way.
+    """
+    global _generation
+    key = (init_method, layout.rank, layout.world_size)
+    store = _rendezvous.get(key)
+    if store is None:
+        store, _, _ = next(
+            rendezvous(init_method, rank=layout.rank, world_size=layout.world_size, timeout=timeout)
+        )
+        _rendezvous.clear()
+        _rendezvous[key] = store
+    store.set_timeout(timeout)
+    _generation += 1
+    return PrefixStore(f"accel_default_group_{_generation}/", store)
 
 
 def stop_process_group() -> None:

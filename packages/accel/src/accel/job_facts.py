@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision
-from accel.state import AcceleratorState
+from accel.state import AcceleratorState, is_initialized
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
-from accel_state import DistributedType, GradientState
+from accel_state import DistributedType, GradientState, PartialState
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessFacts:
+    """Where this process stood in the job, recorded by ``end_training()`` before the reset."""
+
+    num_processes: int
+    process_index: int
+    local_process_index: int
+    is_main_process: bool
+    is_local_main_process: bool
+    is_last_process: bool
+    use_distributed: bool
+
+    @classmethod
+    def of(cls, partial: PartialState) -> ProcessFacts:
+        """The facts of a live :class:`~accel_state.PartialState`."""
+        return cls(
+            **{field.name: getattr(partial, field.name) for field in dataclasses.fields(cls)}
+        )
 
 
 class JobFactsMixin:
@@ -28,6 +49,15 @@ class JobFactsMixin:
     dataloader_config: DataLoaderConfiguration
     project_configuration: ProjectConfiguration
     _optimizers: list[Any]
+    #: Set by ``end_training()``: the rank facts stay readable (and ``print`` works) after it.
+    _ended_facts: ProcessFacts | None = None
+
+    @property
+    def _process_facts(self) -> ProcessFacts | PartialState:
+        """The live process state, or after ``end_training()`` the facts recorded then."""
+        if self._ended_facts is not None and not is_initialized():
+            return self._ended_facts
+        return self.state.partial
 
     @property
     def device(self) -> torch.device:
@@ -42,37 +72,37 @@ class JobFactsMixin:
     @property
     def num_processes(self) -> int:
         """Number of processes in the job."""
-        return self.state.partial.num_processes
+        return self._process_facts.num_processes
 
     @property
     def process_index(self) -> int:
         """Global rank of this process."""
-        return self.state.partial.process_index
+        return self._process_facts.process_index
 
     @property
     def local_process_index(self) -> int:
         """Rank of this process on its machine."""
-        return self.state.partial.local_process_index
+        return self._process_facts.local_process_index
 
     @property
     def is_main_process(self) -> bool:
         """True on global rank 0."""
-        return self.state.partial.is_main_process
+        return self._process_facts.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
         """True on local rank 0 of each machine."""
-        return self.state.partial.is_local_main_process
+        return self._process_facts.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
         """True on the highest global rank."""
-        return self.state.partial.is_last_process
+        return self._process_facts.is_last_process
 
     @property
     def use_distributed(self) -> bool:
         """Whether more than one process takes part."""
-        return self.state.partial.use_distributed
+        return self._process_facts.use_distributed
 
     @property
     def mixed_precision(self) -> str:

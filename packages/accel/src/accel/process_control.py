@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -93,8 +94,9 @@ class ProcessControlMixin(JobFactsMixin):
         return self.fault_tolerance.should_stop()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine."""
-        self.state.partial.print(*args, **kwargs)
+        """``print`` once per machine (on each local main process), also after ``end_training()``."""
+        if self.is_local_main_process:
+            builtins.print(*args, **kwargs)
 
     def main_process_first(self) -> contextlib.AbstractContextManager[None]:
         """The main process runs the block first, then the others."""

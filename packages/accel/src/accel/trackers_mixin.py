@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel.errors import AcceleratorConfigError
+from accel.job_facts import ProcessFacts
 from accel.process_control import ProcessControlMixin
 from accel.tracking import GeneralTracker, tracker_class
 from accel_state import reset_state
@@ -93,4 +94,5 @@ class TrackersMixin(ProcessControlMixin):
             tracker.finish()
         self.trackers = []
         self.wait_for_everyone()
+        self._ended_facts = ProcessFacts.of(self.state.partial)
         reset_state()

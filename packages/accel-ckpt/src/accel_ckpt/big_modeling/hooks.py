@@ -255,6 +255,23 @@ class AlignDevicesHook(ModelHook):
         return module
 
 
+def leaf_hooks(hook: ModelHook | None) -> list[ModelHook]:
+    """The hooks inside ``hook``: itself, or those of a SequentialHook, nested ones flattened."""
+    if hook is None:
+        return []
+    if isinstance(hook, SequentialHook):
+        return [leaf for inner in hook.hooks for leaf in leaf_hooks(inner)]
+    return [hook]
+
+
+def offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
+    """The hook that brings ``module``'s own offloaded weights in, wherever it sits in its chain."""
+    for hook in leaf_hooks(getattr(module, "_hf_hook", None)):
+        if isinstance(hook, AlignDevicesHook) and hook.offload:
+            return hook
+    return None
+
+
 def attach_align_device_hook(
     module: nn.Module,
     execution_device: Device | None = None,

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel_ckpt.big_modeling.hooks import AlignDevicesHook
+from accel_ckpt.big_modeling.hooks import offloading_hook
 from accel_ckpt.big_modeling.offload import load_offloaded_weight
 from accel_ckpt.big_modeling.planning import compute_module_sizes, get_max_layer_size
 from accel_ckpt.big_modeling.tensors import set_module_tensor_to_device
@@ -236,15 +236,6 @@ def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]
     return sizes[""], largest
 
 
-def _offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
-    """The hook that brings ``module``'s offloaded weights in (alone or in a SequentialHook)."""
-    hook = getattr(module, "_hf_hook", None)
-    for candidate in getattr(hook, "hooks", [hook]):
-        if isinstance(candidate, AlignDevicesHook) and candidate.offload:
-            return candidate
-    return None
-
-
 @contextlib.contextmanager
 def align_module_device(
     module: nn.Module, execution_device: torch.device | None = None
@@ -255,7 +246,7 @@ def align_module_device(
     offloaded again after; otherwise with ``execution_device`` the module's own parameters move
     there and back. Without either nothing happens.
     """
-    hook = _offloading_hook(module)
+    hook = offloading_hook(module)
     if hook is not None:
         original = hook.execution_device
         if execution_device is not None:

@@ -8,7 +8,7 @@ import shutil
 import torch
 
 from accel_ckpt import parse_size
-from accel_ckpt.big_modeling.hooks import AlignDevicesHook
+from accel_ckpt.big_modeling.hooks import offloading_hook
 from accel_ckpt.merge_weights import merge_weights
 from accel_state import PartialState
 
@@ -54,6 +54,8 @@ def dtype_byte_size(dtype: torch.dtype) -> float:
 
 
 def has_offloaded_params(module: torch.nn.Module) -> bool:
-    """Whether ``module``'s own weights are offloaded (brought in by its hook at each forward)."""
-    hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and bool(hook.offload)
+    """Whether ``module``'s own weights are offloaded (brought in by its hook at each forward).
+
+    The offloading hook counts alone or chained with others in a (nested) SequentialHook.
+    """
+    return offloading_hook(module) is not None
