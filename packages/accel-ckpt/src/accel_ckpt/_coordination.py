@@ -8,6 +8,7 @@ process raise instead of leaving the others waiting in a barrier.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import weakref
 from collections.abc import Callable
@@ -78,6 +79,8 @@ class Coordinator:
         self.local_rank = local_rank
         self.node_rank = node_rank
         self._group = _checkpoint_group(timeout) if world_size > 1 else None
+        #: A step failed and every process knows (see :meth:`settle_after_failure`).
+        self.failure_agreed = False
 
     @classmethod
     def current(cls) -> Coordinator:
@@ -117,6 +120,7 @@ class Coordinator:
         :class:`DistributedCheckpointError` naming it.
         """
         annotate(name)
+        self.failure_agreed = False
         local_error: Exception | None = None
         try:
             outcome = Outcome(True, function())
@@ -126,6 +130,20 @@ class Coordinator:
         try:
             return self.agree(outcome, name)
         except DistributedCheckpointError:
+            self.failure_agreed = True
             if local_error is not None:
                 raise local_error from None
             raise
+
+    def settle_after_failure(self) -> None:
+        """After a failure every process learned of: wait until all have cleaned up.
+
+        Without it a process could return from the failed save while another still removes the
+        temporary folder. Only called when the failure was agreed (the group still works); a
+        broken group here is ignored, since the failure is already being raised.
+        """
+        if self._group is None or not self.failure_agreed:
+            return
+        self.failure_agreed = False
+        with contextlib.suppress(Exception):
+            self.all_gather(None)

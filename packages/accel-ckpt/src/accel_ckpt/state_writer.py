@@ -442,6 +442,7 @@ class CheckpointWriter:
             )
         except BaseException:
             self.abort()
+            self.coordinator.settle_after_failure()
             raise
         return self.final
 
