@@ -79,6 +79,8 @@ class PeerScript:
         differs: Per process count, a deliberate difference that makes accel fail the script:
             the README entry's opening words and a text the failure's output must contain (any
             other failure is unexpected).
+        racy: Per process count, why the script's own outcome depends on process scheduling; a
+            failed run is printed in full and run once more, and the summary says so.
     """
 
     path: str
@@ -88,6 +90,7 @@ class PeerScript:
     skip: str | None = None
     skip_counts: Mapping[int, str] = dataclasses.field(default_factory=dict)
     differs: Mapping[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    racy: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
     def skip_reason(self, processes: int) -> str | None:
         """Why this script does not run on ``processes`` processes here, or None."""
@@ -123,6 +126,12 @@ SCRIPTS: tuple[PeerScript, ...] = (
             1: "its main() runs 2-process checks (skip marks act under pytest only); "
             "Accelerate's suite runs it on 2 only"
         },
+        # test_fault_tolerant: how many queue items a restart round uses depends on whether the
+        # second worker takes one before torch elastic tears the round down. When each round
+        # takes one, the last round has one worker start a PartialState while its peer found
+        # the queue empty and returned; accel ends that worker at once (_notebook_peers.py) and
+        # the restarts are spent. Seen once in ~12 runs on a loaded CI machine.
+        racy={2: "test_fault_tolerant's restart rounds race for its queue"},
     ),
     # tests/test_kwargs_handlers.py::test_ddp_comm_hook.
     PeerScript(
@@ -192,7 +201,7 @@ class Outcome:
     @property
     def label(self) -> str:
         """``status`` with its reason, as the summary line shows it."""
-        if self.status in (SKIPPED, EXPECTED_DIFFERENCE):
+        if self.status in (SKIPPED, EXPECTED_DIFFERENCE) or (self.status == PASS and self.detail):
             return f"{self.status}({self.detail})"
         return self.status
 
@@ -451,6 +460,16 @@ def run_and_judge(
     """Run one script x process count; return its outcome and a problem when unexpected."""
     outcome, output = run_one(script, processes, root, work, target)
     expected = expected_status(script, processes, target)
+    if outcome.status == FAIL and expected == PASS and processes in script.racy:
+        print(
+            f"peer: {script.path} x{processes} {outcome.label}; running it once more "
+            f"({script.racy[processes]})\n----- last lines of the failed run -----\n"
+            f"{_tail(output)}\n-----",
+            flush=True,
+        )
+        outcome, output = run_one(script, processes, root, work / "again", target)
+        if outcome.status == PASS:
+            outcome = dataclasses.replace(outcome, detail="on the second run")
     if expected == EXPECTED_DIFFERENCE and outcome.status == FAIL:
         entry, marker = script.differs[processes]
         if marker in output:
