@@ -15,20 +15,18 @@ from typing import Any
 
 import torch
 
+from accel_ops import recursively_apply
+
 _WIDER_FLOATS = (torch.float32, torch.float64, torch.float16)
+
+
+def _leaf_to_bf16(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to(torch.bfloat16) if tensor.dtype in _WIDER_FLOATS else tensor
 
 
 def to_bf16(value: Any) -> Any:
     """``value`` with every float32/float64/float16 tensor inside it cast to bf16."""
-    if isinstance(value, torch.Tensor):
-        return value.to(torch.bfloat16) if value.dtype in _WIDER_FLOATS else value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
-        return type(value)(*(to_bf16(item) for item in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_bf16(item) for item in value)
-    if isinstance(value, Mapping):
-        return type(value)({key: to_bf16(item) for key, item in value.items()})  # type: ignore[call-arg]
-    return value
+    return recursively_apply(_leaf_to_bf16, value)
 
 
 def _cast_hook(
