@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,16 +67,27 @@ def finish(job: subprocess.Popen[str], report: Path, timeout: float = 900) -> di
 
 
 def run_waves(
-    script: Path, root: Path, waves: list[Jobs], report_flag: str = "--out"
+    script: Path,
+    root: Path,
+    waves: list[Jobs],
+    report_flag: str = "--out",
+    processes: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run each wave's jobs side by side (they mostly wait on imports and rendezvous).
 
-    Job ``name`` writes its report to ``root/<name>.json`` (passed as ``report_flag PATH``).
+    Job ``name`` writes its report to ``root/<name>.json`` (passed as ``report_flag PATH``) and
+    runs on ``processes[name]`` processes (default 2).
     """
+    counts = processes or {}
     reports: dict[str, dict[str, Any]] = {}
     for wave in waves:
         started = {
-            name: start(script, flags, [*args, report_flag, str(root / f"{name}.json")])
+            name: start(
+                script,
+                flags,
+                [*args, report_flag, str(root / f"{name}.json")],
+                counts.get(name, 2),
+            )
             for name, (flags, args) in wave.items()
         }
         try:

@@ -9,13 +9,12 @@ Accelerator, in one loop: on 2 processes (saving both states mid-run) and on 1, 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from launched_jobs import finish, start
+from launched_jobs import Jobs, run_waves
 
 from accel import Accelerator
 from accel.deepspeed_plugins import (
@@ -111,23 +110,12 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Both runs side by side (2 processes saving after step 3, 1 process), then the resume."""
     root = tmp_path_factory.mktemp("deepspeed_plugins")
     checkpoint = ["--save-at", "3", "--checkpoint", str(root / "checkpoint")]
-    waves: list[dict[str, tuple[list[str], int]]] = [
-        {"two": (checkpoint, 2), "one": ([], 1)},
-        {"resumed": (["--save-at", "3", "--resume", str(root / "checkpoint")], 2)},
+    waves: list[Jobs] = [
+        {"two": ([], checkpoint), "one": ([], [])},
+        {"resumed": ([], ["--save-at", "3", "--resume", str(root / "checkpoint")])},
     ]
     reports: dict[str, Any] = {"_root": root}
-    for wave in waves:
-        started = {
-            name: start(SCRIPT, [], [*args, "--out", str(root / f"{name}.json")], processes)
-            for name, (args, processes) in wave.items()
-        }
-        try:
-            for name, job in started.items():
-                reports[name] = finish(job, root / f"{name}.json")
-        finally:  # a test stopped while waiting on one job stops the others too
-            for job in started.values():
-                if job.poll() is None:
-                    os.killpg(job.pid, 9)
+    reports.update(run_waves(SCRIPT, root, waves, processes={"one": 1}))
     return reports
 
 
