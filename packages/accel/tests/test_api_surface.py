@@ -396,20 +396,10 @@ def test_surface_methods_on_real_processes(tmp_path, world_size):
 
 
 # ---------------------------------------------------------------- the coverage script
-def _coverage_script():
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "api_coverage.py"
-    spec = importlib.util.spec_from_file_location("api_coverage", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_path, capsys):
-    script = _coverage_script()
+def test_coverage_script_classifies_and_rewrites_only_its_readme_section(
+    tmp_path, capsys, coverage_script
+):
+    script = coverage_script
 
     def theirs(a, b, c):
         return a
@@ -445,8 +435,10 @@ def test_coverage_script_classifies_and_rewrites_only_its_readme_section(tmp_pat
     assert "absent without a recorded reason: accelerate.utils.brand_new" in capsys.readouterr().err
 
 
-def test_coverage_check_fails_on_a_signature_difference_without_a_notes_entry(capsys):
-    script = _coverage_script()
+def test_coverage_check_fails_on_a_signature_difference_without_a_notes_entry(
+    capsys, coverage_script
+):
+    script = coverage_script
     undeclared = [script.Entry("accelerate.utils", "brand_new", "differs", "lacks parameters c")]
     assert script.main(["--check"], collector=lambda: ("9.9", undeclared)) == 1
     assert "accelerate.utils.brand_new (lacks parameters c)" in capsys.readouterr().err

@@ -1,8 +1,6 @@
 """accel.test_utils.examples on sample scripts, and the coverage script's submodule-path check."""
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
 
@@ -86,17 +84,8 @@ def test_compare_against_test_reads_accelerates_template_path(tmp_path, monkeypa
     ]
 
 
-def _coverage_script():
-    path = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "api_coverage.py"
-    spec = importlib.util.spec_from_file_location("api_coverage", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_submodule_paths_are_classified(tmp_path, monkeypatch):
-    script = _coverage_script()
+def test_submodule_paths_are_classified(tmp_path, monkeypatch, coverage_script):
+    script = coverage_script
     listed = script.classify_submodule("accelerate.test_utils.scripts.test_sync", "accel.x")
     assert listed.status == "listed" and "nox -s peer" in listed.note
     assert script.classify_submodule("accelerate.commands.tpu", "accel.commands.tpu").status == (
@@ -116,8 +105,8 @@ def test_submodule_paths_are_classified(tmp_path, monkeypatch):
     assert (broken.status, broken.note) == ("fails", "RuntimeError: broken on import")
 
 
-def test_check_fails_on_a_submodule_path_without_a_twin_or_reason(capsys):
-    script = _coverage_script()
+def test_check_fails_on_a_submodule_path_without_a_twin_or_reason(capsys, coverage_script):
+    script = coverage_script
     names = [script.Entry("accelerate", "Accelerator", "same", "")]
     paths = [
         script.Submodule("accelerate.commands.env", "imports", ""),
