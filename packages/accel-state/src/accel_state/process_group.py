@@ -248,9 +248,11 @@ def stop_at_exit() -> bool:
     if getattr(sys, "last_value", None) is not None:
         return False
     if not (dist.is_available() and dist.is_initialized()):
+        _rendezvous.clear()  # the kept store too: freed at interpreter teardown it can abort
         return True
     if _started_here:
         stop_process_group()
+        _rendezvous.clear()
         return True
     return False
 
