@@ -1,0 +1,355 @@
+"""Run Hugging Face Accelerate 1.15's own unit tests against accel and against Accelerate itself.
+
+Accelerate's sdist ships its unit suite (``tests/``). This runner downloads the pinned sdist once
+(``pip download --no-deps --no-binary``, checked against its sha256, kept in
+``~/.cache/accel-peer``), extracts ``tests/`` twice into a temporary folder, and runs pytest on
+both copies on the CPU:
+
+* **baseline**: the tests as shipped, in an interpreter with Accelerate installed
+  (``--baseline-python``);
+* **accel**: the same tests with ``accelerate`` renamed to ``accel`` only where it names a module
+  (import statements, ``accelerate.x.y`` attribute chains, and strings that hold a dotted module
+  path or an import line: ``mock.patch`` targets, ``assertLogs`` logger names), in this
+  interpreter, which has accel installed.
+
+Every test that passes on Accelerate must pass on accel, unless it is listed with ``--expect-fail
+TEST_ID=REASON`` (the noxfile keeps that list, each entry with its reason). The last lines are a
+summary: how many tests pass on Accelerate, how many of them pass on accel, the expected failures,
+and every unexpected one. Nothing of Accelerate is kept in this repository. Only the standard
+library is used::
+
+    python scripts/peer_unit_tests.py --baseline-python /path/to/accelerate-venv/bin/python
+    python scripts/peer_unit_tests.py --only test_data_loader.py    # accel only, no comparison
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tokenize
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+ACCELERATE_VERSION = "1.15.0"
+SDIST_NAME = f"accelerate-{ACCELERATE_VERSION}.tar.gz"
+# The sha256 of PyPI's file: a rerun uses the cached sdist only when it still matches.
+SDIST_SHA256 = "5654f8c5eaa0d4fa68b33e287a97765da6849bf6d51dcac874e73fbbddfb6134"
+TESTS_PREFIX = f"accelerate-{ACCELERATE_VERSION}/tests/"
+# A test that hangs is stopped by pytest-timeout after this long; the whole run after SUITE_TIMEOUT_S.
+TEST_TIMEOUT_S = 600
+SUITE_TIMEOUT_S = 2400
+PASSED = "passed"
+FAILED = "failed"
+SKIPPED = "skipped"
+
+# Strings that name a module: "accelerate.utils.launch.which", "import accelerate, accelerate.x".
+_DOTTED_MODULE = re.compile(r"(?<![\w/.-])accelerate(?=(?:\.[A-Za-z_]\w*)+(?![\w/-]))")
+_IMPORT_LINE = re.compile(r"\b(import|from)(\s+)accelerate\b")
+_IMPORT_LIST = re.compile(r"(?<=,)(\s*)accelerate(?=[\s.,'\"]|$)")
+
+
+def cache_dir() -> Path:
+    """Where the sdist is kept between runs (``$ACCEL_PEER_CACHE``, else ``~/.cache/accel-peer``)."""
+    return Path(os.environ.get("ACCEL_PEER_CACHE", Path.home() / ".cache" / "accel-peer"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fetch_sdist(folder: Path) -> Path:
+    """The pinned Accelerate sdist: from the cache, else ``pip download`` into it.
+
+    Raises:
+        SystemExit: pip failed or the file's sha256 is not PyPI's.
+    """
+    sdist = folder / SDIST_NAME
+    if sdist.is_file() and _sha256(sdist) == SDIST_SHA256:
+        return sdist
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as download:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            download,
+            f"accelerate=={ACCELERATE_VERSION}",
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        fetched = Path(download) / SDIST_NAME
+        if not fetched.is_file():
+            raise SystemExit(
+                f"peer unit: `{' '.join(command)}` failed (exit {done.returncode}):\n"
+                f"{done.stdout}{done.stderr}"
+            )
+        digest = _sha256(fetched)
+        if digest != SDIST_SHA256:
+            raise SystemExit(
+                f"peer unit: {SDIST_NAME} has sha256 {digest}, expected {SDIST_SHA256} (PyPI's "
+                "file); check the package index pip uses."
+            )
+        fetched.replace(sdist)
+    return sdist
+
+
+def _rename_string(literal: str) -> str:
+    literal = _DOTTED_MODULE.sub("accel", literal)
+    if _IMPORT_LINE.search(literal):
+        literal = _IMPORT_LINE.sub(r"\1\2accel", literal)
+        literal = _IMPORT_LIST.sub(r"\1accel", literal)
+    return literal
+
+
+def rename_module_references(source: str) -> str:
+    """``accelerate`` -> ``accel`` where it names a module, nothing else.
+
+    Renamed: the name in ``import``/``from`` statements and at the head of an attribute chain
+    (``accelerate.utils.x``), and inside string literals a dotted module path
+    (``"accelerate.utils.launch.which"``) or an import line (``"import accelerate"``). Left alone:
+    attributes (``self.accelerate``), other identifiers (``path_in_accelerate_package``), words in
+    prose and paths (``"pip install accelerate"``, ``".cache/huggingface/accelerate"``).
+    """
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    renamed = []
+    for index, token in enumerate(tokens):
+        if token.type == tokenize.NAME and token.string == "accelerate":
+            before = tokens[index - 1].string if index else ""
+            after = tokens[index + 1].string if index + 1 < len(tokens) else ""
+            if before != "." and (before in ("import", "from", ",") or after == "."):
+                token = token._replace(string="accel")
+        elif token.type == tokenize.STRING:
+            token = token._replace(string=_rename_string(token.string))
+        renamed.append(token)
+    return tokenize.untokenize(renamed)
+
+
+def extract_tests(sdist: Path, destination: Path, *, rename: bool) -> Path:
+    """Write the sdist's ``tests/`` below ``destination`` (renamed when asked); return its root.
+
+    The root holds ``tests/``, as Accelerate's checkout does, so relative paths in the tests
+    (``tests/test_configs/...``) mean the same thing.
+    """
+    root = destination / ("accel" if rename else "accelerate")
+    with tarfile.open(sdist) as archive:
+        for member in archive.getmembers():
+            if not member.isfile() or not member.name.startswith(TESTS_PREFIX):
+                continue
+            target = root / "tests" / member.name[len(TESTS_PREFIX) :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            handle = archive.extractfile(member)
+            assert handle is not None, f"{member.name} is a file without content"
+            data = handle.read()
+            if rename and target.suffix == ".py":
+                data = rename_module_references(data.decode("utf-8")).encode("utf-8")
+            target.write_bytes(data)
+    return root
+
+
+def suite_env(home: Path) -> dict[str, str]:
+    """This environment on the CPU, offline, one thread per process, no job or config around it."""
+    launcher = re.compile(
+        r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|"
+        r"TORCHELASTIC_.*|ACCELERATE_.*|ACCEL_.*|FSDP_.*|PMI_.*|OMPI_.*|SLURM_.*)$"
+    )
+    env = {key: value for key, value in os.environ.items() if not launcher.match(key)}
+    env.update(
+        OMP_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+        HF_HOME=str(home),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONFAULTHANDLER="1",
+    )
+    return env
+
+
+def test_id(classname: str, name: str) -> str:
+    """``tests.test_x.Class`` + ``test_y`` -> ``test_x.py::Class::test_y``."""
+    parts = classname.split(".")
+    if parts and parts[0] == "tests":
+        parts = parts[1:]
+    module, classes = (parts[0], parts[1:]) if parts else ("?", [])
+    return "::".join([f"{module}.py", *classes, name])
+
+
+def read_junit(path: Path) -> dict[str, str]:
+    """Each test's outcome (passed, failed or skipped) from a pytest junit XML file."""
+    outcomes: dict[str, str] = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        identifier = test_id(case.get("classname", ""), case.get("name", ""))
+        tags = {child.tag for child in case}
+        if tags & {"failure", "error"}:
+            outcome = FAILED
+        elif "skipped" in tags:
+            outcome = SKIPPED
+        else:
+            outcome = PASSED
+        # A test that passed and then failed in teardown appears twice: the failure wins.
+        if outcomes.get(identifier) != FAILED:
+            outcomes[identifier] = outcome
+    return outcomes
+
+
+def run_suite(
+    python: str, root: Path, only: Iterable[str], label: str, pytest_args: Iterable[str]
+) -> dict[str, str]:
+    """Run pytest on ``root/tests`` with ``python``; return each test's outcome."""
+    junit = root / "junit.xml"
+    targets = [f"tests/{name}" for name in only] or ["tests"]
+    command = [
+        python,
+        "-m",
+        "pytest",
+        *targets,
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        "-q",
+        "-rfE",
+        f"--timeout={TEST_TIMEOUT_S}",
+        f"--junitxml={junit}",
+        *pytest_args,
+    ]
+    print(f"peer unit: {label}: {' '.join(command)}", flush=True)
+    try:
+        subprocess.run(
+            command,
+            cwd=root,
+            env=suite_env(root / "hf_home"),
+            stdin=subprocess.DEVNULL,
+            timeout=SUITE_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"peer unit: {label}: the suite ran past {SUITE_TIMEOUT_S} s") from None
+    if not junit.is_file():
+        raise SystemExit(f"peer unit: {label}: pytest wrote no report ({junit})")
+    return read_junit(junit)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Accel's outcomes measured against the tests that pass on Accelerate."""
+
+    baseline_passing: list[str]
+    passing_on_accel: list[str]
+    expected_failures: dict[str, str]
+    unexpected: list[str]
+    stale_expectations: list[str]
+
+    @property
+    def share(self) -> float:
+        """The fraction of Accelerate's passing tests that pass on accel."""
+        return len(self.passing_on_accel) / max(1, len(self.baseline_passing))
+
+
+def compare(
+    baseline: Mapping[str, str], accel: Mapping[str, str], expected: Mapping[str, str]
+) -> Comparison:
+    """Which of Accelerate's passing tests fail on accel, split into expected and unexpected."""
+    passing = sorted(name for name, outcome in baseline.items() if outcome == PASSED)
+    on_accel = [name for name in passing if accel.get(name) == PASSED]
+    failing = [name for name in passing if accel.get(name) != PASSED]
+    return Comparison(
+        baseline_passing=passing,
+        passing_on_accel=on_accel,
+        expected_failures={name: expected[name] for name in failing if name in expected},
+        unexpected=[name for name in failing if name not in expected],
+        # An entry whose test passes on accel (or no longer passes on Accelerate) is stale.
+        stale_expectations=sorted(name for name in expected if name not in failing),
+    )
+
+
+def summarise(result: Comparison, accel: Mapping[str, str]) -> None:
+    """Print the comparison: counts, expected failures with reasons, unexpected ones."""
+    for name, reason in result.expected_failures.items():
+        print(f"peer unit: expected failure: {name} ({reason})")
+    for name in result.stale_expectations:
+        print(f"peer unit: STALE expected failure (passes on accel, or not on Accelerate): {name}")
+    for name in result.unexpected:
+        print(
+            f"peer unit: UNEXPECTED: {name} passes on Accelerate, {accel.get(name, 'absent')} on accel"
+        )
+    print(
+        f"peer unit summary: {len(result.baseline_passing)} tests pass on Accelerate "
+        f"{ACCELERATE_VERSION}; {len(result.passing_on_accel)} of them pass on accel "
+        f"({100 * result.share:.1f}%); {len(result.expected_failures)} expected failures; "
+        f"{len(result.unexpected)} unexpected; {len(result.stale_expectations)} stale expectations"
+    )
+    print(
+        f"peer unit: {len(result.passing_on_accel)} passed, "
+        f"{len(result.baseline_passing) - len(result.passing_on_accel)} failed"
+    )
+
+
+def parse_expectations(entries: Iterable[str]) -> dict[str, str]:
+    """``TEST_ID=REASON`` arguments as a mapping; a missing reason is refused."""
+    expected = {}
+    for entry in entries:
+        name, separator, reason = entry.partition("=")
+        if not separator or not reason.strip():
+            raise SystemExit(f"peer unit: --expect-fail {entry!r}: write TEST_ID=REASON")
+        expected[name.strip()] = reason.strip()
+    return expected
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fetch, extract, run both suites, compare; 0 when nothing unexpected failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--baseline-python",
+        help="an interpreter with Accelerate installed; without it only accel runs",
+    )
+    parser.add_argument("--only", nargs="+", default=[], metavar="FILE", help="test files to run")
+    parser.add_argument("--expect-fail", action="append", default=[], metavar="TEST_ID=REASON")
+    parser.add_argument("--results", type=Path, help="write both runs' outcomes here as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = parser.parse_args(argv)
+    expected = parse_expectations(args.expect_fail)
+    sdist = fetch_sdist(cache_dir())
+    work = Path(tempfile.mkdtemp(prefix="accel_peer_unit_"))
+    try:
+        accel_root = extract_tests(sdist, work, rename=True)
+        accel = run_suite(sys.executable, accel_root, args.only, "accel", args.pytest_args)
+        baseline: dict[str, str] = {}
+        if args.baseline_python:
+            root = extract_tests(sdist, work, rename=False)
+            baseline = run_suite(
+                args.baseline_python, root, args.only, "accelerate", args.pytest_args
+            )
+        if args.results:
+            args.results.write_text(json.dumps({"accel": accel, "accelerate": baseline}, indent=1))
+    finally:
+        if args.keep:
+            print(f"peer unit: kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if not args.baseline_python:
+        counts = {o: sum(v == o for v in accel.values()) for o in (PASSED, FAILED, SKIPPED)}
+        print(f"peer unit: accel only: {counts}")
+        return 1 if counts[FAILED] else 0
+    result = compare(baseline, accel, expected)
+    summarise(result, accel)
+    return 1 if result.unexpected or result.stale_expectations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
