@@ -7,13 +7,17 @@ def clean_state(single_process_state):
 
 
 @pytest.fixture
-def coverage_script():
-    """``scripts/api_coverage.py`` of this checkout, imported as the module ``api_coverage``."""
+def coverage_script(monkeypatch):
+    """``scripts/api_coverage.py`` of this checkout, imported as the module ``api_coverage``.
+
+    Its reasons module (``scripts/api_coverage_reasons.py``) is imported beside it.
+    """
     import importlib.util
     import pathlib
     import sys
 
     path = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "api_coverage.py"
+    monkeypatch.syspath_prepend(str(path.parent))
     spec = importlib.util.spec_from_file_location("api_coverage", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
