@@ -2,6 +2,7 @@
 
 import inference_workers
 import pytest
+import torch
 
 from accel import AcceleratorConfigError, prepare_pippy
 from accel.inference import generate_split_points
@@ -41,3 +42,22 @@ def test_example_inputs_are_required():
     model, _ = inference_workers.make()
     with pytest.raises(AcceleratorConfigError, match="example_args"):
         prepare_pippy(model)
+
+
+def test_generate_device_map_spreads_blocks_over_the_processes():
+    from accel.inference import generate_device_map
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(6)])
+    # Accelerate 1.15 gives the same map for this model (checked beside it).
+    assert generate_device_map(model, 3) == {"0": 0, "1": 0, "2": 1, "3": 1, "4": 1, "5": 2}
+    whole = generate_device_map(model, 1)
+    assert set(whole) == {str(i) for i in range(6)}  # clean_result=False: every block listed
+    assert set(whole.values()) == {"cpu"}
+
+
+def test_find_pippy_batch_size_takes_the_first_input_with_one():
+    from accel.inference import find_pippy_batch_size
+
+    assert find_pippy_batch_size((None, torch.zeros(3, 2)), {"x": torch.zeros(5)}) == 3
+    assert find_pippy_batch_size(None, {"mask": None, "x": torch.zeros(5, 1)}) == 5
+    assert find_pippy_batch_size((), None) is None

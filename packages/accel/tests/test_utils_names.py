@@ -194,10 +194,53 @@ def test_gpu_facts_without_cuda_initialisation(monkeypatch):
     from accel.utils import are_libraries_initialized, check_cuda_p2p_ib_support, get_gpu_info
 
     assert are_libraries_initialized("torch", "surely_not_imported_here") == ["torch"]
+    from accel.utils.environment import get_driver_version
+
     monkeypatch.setenv("PATH", "")  # the environment: no NVIDIA driver tools
     with pytest.raises(FileNotFoundError, match="nvidia-smi"):
         get_gpu_info()
+    with pytest.raises(FileNotFoundError, match="nvidia-smi"):
+        get_driver_version()
     assert check_cuda_p2p_ib_support() is True
+
+
+def test_availability_checks_at_accelerates_imports_path():
+    import accel.utils.imports as imports
+
+    assert imports.is_tqdm_available() is True  # accel-launch depends on tqdm
+    assert imports.is_torch_distributed_available() is torch.distributed.is_available()
+    numpy_installed = importlib.util.find_spec("numpy") is not None
+    assert imports.is_numpy_available() is numpy_installed
+    assert imports.is_numpy_available("999.0") is False
+    assert imports.deepspeed_required is accel.utils.deepspeed_required
+    assert imports.torchao_required is accel.utils.torchao_required
+    assert accel.utils.is_numpy_available is imports.is_numpy_available
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        imports.not_a_name  # noqa: B018
+
+
+def test_use_torch_xla_0_turns_torch_xla_off(monkeypatch):
+    import accel.utils.imports as imports
+
+    monkeypatch.setattr(imports, "USE_TORCH_XLA", False)
+    assert imports.is_torch_xla_available() is False
+    assert imports.is_torch_xla_available(check_is_tpu=True) is False
+
+
+def test_versions_torch_version_and_launchers_test_launch():
+    from accel.launchers import test_launch
+    from accel.utils.versions import torch_version
+
+    assert torch_version == torch.__version__
+    assert torch_version >= "2.0"
+    reset_state()
+    try:
+        test_launch()  # a PartialState of one process, as a launched function starts
+        from accel_state import PartialState
+
+        assert PartialState().num_processes == 1
+    finally:
+        reset_state()
 
 
 def test_install_xla_refuses_naming_the_command():

@@ -15,13 +15,17 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from accel.errors import AcceleratorConfigError
-from accel_ops import copy_tensor_to_devices, send_to_device
+from accel.utils.other import convert_bytes
+from accel_ckpt.big_modeling import infer_auto_device_map
+from accel_ckpt.big_modeling.model_helpers import calculate_maximum_sizes
+from accel_ops import copy_tensor_to_devices, ignorant_find_batch_size, send_to_device
 from accel_state import PartialState
 
 
@@ -68,6 +72,52 @@ def generate_split_points(
             points.append(name)
         running += size
     return points
+
+
+def generate_device_map(
+    model: torch.nn.Module,
+    num_processes: int = 1,
+    no_split_module_classes: Sequence[str] | None = None,
+    max_memory: Mapping[object, int | str] | None = None,
+) -> dict[str, Any]:
+    """A device map that spreads ``model`` over ``num_processes`` pipeline stages (Accelerate's API).
+
+    Without ``max_memory``, each process index gets an equal share of the model's size plus its
+    largest layer (what may land on one stage besides its share), rounded up to a whole unit, with
+    10% headroom. The map keeps
+    every module (``clean_result=False``), so stage boundaries can be read off it.
+    """
+    if num_processes == 1:
+        return dict(
+            infer_auto_device_map(
+                model, no_split_module_classes=no_split_module_classes, clean_result=False
+            )
+        )
+    if max_memory is None:
+        total, (largest, _) = calculate_maximum_sizes(model)
+        # Rounded up to a whole unit ("40.6 KB" -> 41 KB), then 10% more, as Accelerate sizes it.
+        value, unit = convert_bytes((total + largest) / num_processes).split(" ")
+        share = f"{math.ceil(float(value)) * 1.1} {unit}"
+        max_memory = dict.fromkeys(range(num_processes), share)
+    return dict(
+        infer_auto_device_map(
+            model,
+            max_memory=max_memory,
+            no_split_module_classes=no_split_module_classes,
+            clean_result=False,
+        )
+    )
+
+
+def find_pippy_batch_size(
+    args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
+) -> int | None:
+    """The batch size of the first positional, then keyword, input that has one; else None."""
+    for value in [*(args or ()), *(kwargs or {}).values()]:
+        size = ignorant_find_batch_size(value)
+        if size is not None:
+            return size
+    return None
 
 
 def build_pipeline(
@@ -156,4 +206,11 @@ def prepare_pippy(
     return model
 
 
-__all__ = ["build_pipeline", "generate_split_points", "pippy_forward", "prepare_pippy"]
+__all__ = [
+    "build_pipeline",
+    "find_pippy_batch_size",
+    "generate_device_map",
+    "generate_split_points",
+    "pippy_forward",
+    "prepare_pippy",
+]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from accel.fp8.capability import check_cuda_fp8_capability
 from accel.utils.amp import get_current_device_type
 from accel.utils.gpu_info import (
     are_libraries_initialized,
     check_cuda_p2p_ib_support,
+    get_driver_version,
     get_gpu_info,
 )
 from accel.utils.other import (
@@ -32,8 +34,10 @@ __all__ = [
     "purge_accelerate_environment",
     "set_numa_affinity",
     "are_libraries_initialized",
+    "check_cuda_fp8_capability",
     "check_cuda_p2p_ib_support",
     "get_current_device_type",
+    "get_driver_version",
     "get_gpu_info",
     "check_os_kernel",
     "clear_environment",

@@ -23,6 +23,7 @@ import torch
 
 from accel.errors import UnsupportedFeatureError
 from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+from accel.utils.compat import merge_fsdp_weights
 from accel.utils.constants import FSDP_MODEL_NAME
 from accel.utils.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
@@ -153,6 +154,7 @@ __all__ = [
     "get_fsdp2_grad_scaler",
     "load_fsdp_model",
     "load_fsdp_optimizer",
+    "merge_fsdp_weights",
     "save_fsdp_model",
     "save_fsdp_optimizer",
 ]

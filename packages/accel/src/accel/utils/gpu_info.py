@@ -54,6 +54,15 @@ def get_gpu_info() -> tuple[list[str], int]:
     return [row.split(",", 1)[1].strip() for row in rows], len(rows)
 
 
+def get_driver_version() -> str:
+    """The NVIDIA driver version (of the first GPU) from ``nvidia-smi``, e.g. ``"550.54.15"``.
+
+    Raises:
+        FileNotFoundError: No ``nvidia-smi`` (no NVIDIA driver).
+    """
+    return _nvidia_smi("driver_version")[0].strip()
+
+
 def check_cuda_p2p_ib_support() -> bool:
     """Whether NCCL may use peer-to-peer and InfiniBand between this machine's GPUs.
 
@@ -64,11 +73,15 @@ def check_cuda_p2p_ib_support() -> bool:
     try:
         names, count = get_gpu_info()
         if count > 1 and any(tag in name for name in names for tag in _P2P_RESTRICTED):
-            driver = _nvidia_smi("driver_version")[0].strip()
-            return bool(TorchVersion(driver) >= _P2P_DRIVER)
+            return bool(TorchVersion(get_driver_version()) >= _P2P_DRIVER)
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         pass
     return True
 
 
-__all__ = ["are_libraries_initialized", "check_cuda_p2p_ib_support", "get_gpu_info"]
+__all__ = [
+    "are_libraries_initialized",
+    "check_cuda_p2p_ib_support",
+    "get_driver_version",
+    "get_gpu_info",
+]

@@ -206,8 +206,11 @@ def is_neuron_available(check_device: bool = False) -> bool:
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
-    """Whether torch_xla is installed (and, when asked, targets a TPU or a GPU via ``PJRT_DEVICE``)."""
-    if not _installed("torch_xla"):
+    """Whether torch_xla is installed (and, when asked, targets a TPU or a GPU via ``PJRT_DEVICE``).
+
+    ``False`` when ``USE_TORCH_XLA=0`` was set before accel was imported.
+    """
+    if not USE_TORCH_XLA or not _installed("torch_xla"):
         return False
     device = os.environ.get("PJRT_DEVICE", "").upper()
     if check_is_tpu:
@@ -285,6 +288,47 @@ def is_port_in_use(port: int | None = None) -> bool:
         return sock.connect_ex(("localhost", port or 29500)) == 0
 
 
+#: Whether torch_xla may be used at all (``USE_TORCH_XLA=0`` turns it off, as in Accelerate).
+USE_TORCH_XLA = os.environ.get("USE_TORCH_XLA", "1").strip().lower() not in (
+    "0",
+    "false",
+    "no",
+    "off",
+)
+
+
+def is_numpy_available(min_version: str = "1.25.0") -> bool:
+    """Whether numpy ``min_version`` or newer is installed (accel itself never needs it)."""
+    if not _installed("numpy"):
+        return False
+    import importlib.metadata
+
+    from torch.torch_version import TorchVersion
+
+    return bool(TorchVersion(importlib.metadata.version("numpy")) >= min_version)
+
+
+def is_tqdm_available() -> bool:
+    """Whether tqdm (progress bars) is installed."""
+    return _installed("tqdm")
+
+
+def is_torch_distributed_available() -> bool:
+    """Whether this torch build has ``torch.distributed``."""
+    import torch
+
+    return bool(torch.distributed.is_available())
+
+
 AVAILABILITY_CHECKS = sorted(
     name for name in dir() if name.startswith("is_") and name.endswith("_available")
 )
+
+
+def __getattr__(name: str) -> Any:
+    """Accelerate also keeps its two "requires" decorators here; they live in ``requirements``."""
+    if name in ("deepspeed_required", "torchao_required"):
+        from accel.utils import requirements
+
+        return getattr(requirements, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

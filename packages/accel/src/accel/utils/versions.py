@@ -11,10 +11,14 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
+import torch
 from torch.torch_version import TorchVersion
 
 from accel.utils.constants import STR_OPERATION_TO_FUNC
 from accel.utils.imports import is_torch_version
+
+#: The installed torch version (compares with version strings: ``torch_version >= "2.4"``).
+torch_version = TorchVersion(torch.__version__)
 
 
 def compare_versions(library_or_version: Any, operation: str, requirement_version: str) -> bool:
@@ -42,4 +46,4 @@ def compare_versions(library_or_version: Any, operation: str, requirement_versio
     return bool(compare(TorchVersion(version), requirement_version))
 
 
-__all__ = ["compare_versions", "is_torch_version"]
+__all__ = ["compare_versions", "is_torch_version", "torch_version"]
