@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
+
 from accel_state import str_to_bool
 
 _MIN_KERNEL = (5, 5)
@@ -76,6 +78,30 @@ def get_pretty_name(obj: Any) -> str:
     if not hasattr(obj, "__qualname__") and not hasattr(obj, "__name__"):
         obj = type(obj)
     return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or obj)
+
+
+def extract_model_from_parallel(
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
+) -> torch.nn.Module:
+    """The user's model inside DDP / DataParallel (and, unless kept, ``torch.compile``) wrappers.
+
+    Args:
+        model: The model to extract.
+        keep_fp32_wrapper: Keep the mixed-precision forward patch.
+        keep_torch_compile: Return it still compiled when it was (Accelerate's default).
+        recursive: Also unwrap wrapped sub-modules, in place.
+    """
+    from accel.modeling import unwrap_model
+
+    return unwrap_model(
+        model,
+        keep_fp32_wrapper=keep_fp32_wrapper,
+        keep_torch_compile=keep_torch_compile,
+        recursive=recursive,
+    )
 
 
 def wait_for_everyone() -> None:
