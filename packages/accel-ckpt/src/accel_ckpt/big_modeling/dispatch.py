@@ -52,7 +52,8 @@ from accel_ckpt.errors import (
 from accel_ckpt.model_loading import load_checkpoint_in_model
 from accel_ckpt.sizes import format_size
 
-logger = logging.getLogger(__name__)
+# Accelerate logs from ``accelerate.big_modeling``; accel's twin of that name.
+logger = logging.getLogger("accel.big_modeling")
 
 PathLike = str | os.PathLike[str]
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -228,7 +229,7 @@ def dispatch_model(
             everything to disk (use :func:`disk_offload`).
 
     """
-    check_device_map(model, device_map)
+    check_device_map(model, device_map, strict_keys=True)
     normalized = {
         key: normalize_device_key(value, f"device_map[{key!r}]")
         for key, value in device_map.items()
@@ -537,7 +538,7 @@ def load_checkpoint_and_dispatch(
             model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers
         )
     elif device_map is not None:
-        check_device_map(model, device_map)
+        check_device_map(model, device_map, strict_keys=True)
         planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
     if planned is not None:
         check_devices_exist(planned.values())

@@ -37,7 +37,8 @@ from accel_ckpt.big_modeling.tensors import set_module_tensor_to_device
 
 PathLike = str | os.PathLike[str]
 
-logger = logging.getLogger(__name__)
+# Accelerate logs from ``accelerate.utils.modeling``; accel's twin of that name.
+logger = logging.getLogger("accel.utils.modeling")
 
 
 def _placement(name: str, device_map: Mapping[str, Any]) -> Any:
