@@ -225,8 +225,7 @@ def dispatch_model(
         The model, hooked, with ``hf_device_map`` set.
 
     Raises:
-        DeviceMapError: The map misses a tensor, names an unknown device or module, or sends
-            everything to disk (use :func:`disk_offload`).
+        DeviceMapError: The map misses a tensor, or names an unknown device or module.
 
     """
     check_device_map(model, device_map, strict_keys=True)
@@ -236,13 +235,8 @@ def dispatch_model(
     }
     values = set(normalized.values())
     check_devices_exist(values)
-    if len(values) == 1 and not force_hooks:
+    if len(values) == 1 and DISK not in values and not force_hooks:
         (only,) = values
-        if only == DISK:
-            raise DeviceMapError(
-                "device_map sends the whole model to 'disk'; use disk_offload(model, "
-                "offload_dir, execution_device), or pass force_hooks=True."
-            )
         model.to(_torch_device(only))
         model.hf_device_map = dict(normalized)  # type: ignore[assignment]
         return model

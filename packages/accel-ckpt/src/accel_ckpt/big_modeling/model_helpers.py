@@ -39,6 +39,8 @@ PathLike = str | os.PathLike[str]
 
 # Accelerate logs from ``accelerate.utils.modeling``; accel's twin of that name.
 logger = logging.getLogger("accel.utils.modeling")
+# Accelerate reports the shared-tensor cleanup on ``accelerate.utils.other``.
+_other_logger = logging.getLogger("accel.utils.other")
 
 
 def _placement(name: str, device_map: Mapping[str, Any]) -> Any:
@@ -104,10 +106,11 @@ def clean_state_dict_for_safetensors(
     for name in dropped:
         del state_dict[name]
     if dropped:
-        warnings.warn(
-            f"Removed shared tensor {set(dropped)} while saving; they are tied to the kept "
+        _other_logger.warning(
+            "Removed shared tensor %s while saving. This should be OK, but check by verifying "
+            "that you don't receive any warning while reloading; they are tied to the kept "
             "names and are restored by retie_parameters (or the model's tie_weights) on load.",
-            stacklevel=2,
+            set(dropped),
         )
     for name, tensor in state_dict.items():
         if isinstance(tensor, torch.Tensor):

@@ -96,12 +96,35 @@ def extract_model_from_parallel(
     """
     from accel.modeling import unwrap_model
 
-    return unwrap_model(
+    unwrapped = unwrap_model(
         model,
         keep_fp32_wrapper=keep_fp32_wrapper,
         keep_torch_compile=keep_torch_compile,
         recursive=recursive,
     )
+    if not keep_fp32_wrapper:
+        _restore_original_forward(getattr(unwrapped, "_orig_mod", unwrapped))
+    return unwrapped
+
+
+def _restore_original_forward(model: torch.nn.Module) -> None:
+    """Undo a forward wrapped by hand with ``model._original_forward`` recorded (Accelerate's way).
+
+    The wrappers (``functools.wraps`` chains, ``__wrapped__``) are peeled until the recorded
+    forward; the class's own forward is restored by dropping the instance attribute.
+    """
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    forward = model.__dict__.get("forward", original)
+    while hasattr(forward, "__wrapped__") and forward != original:
+        forward = forward.__wrapped__
+    if getattr(forward, "__self__", None) is model and getattr(
+        forward, "__func__", None
+    ) is getattr(type(model), "forward", None):
+        model.__dict__.pop("forward", None)
+    else:
+        model.forward = forward  # type: ignore[method-assign]
 
 
 def wait_for_everyone() -> None:
