@@ -143,7 +143,7 @@ def _refuse_recurrent_layers_under_sequence_parallelism(model: nn.Module) -> Non
     Raises:
         ValueError: The model's (text) config lists ``*linear_attention*`` layer types.
     """
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     layer_types = getattr(config, "layer_types", None) or []

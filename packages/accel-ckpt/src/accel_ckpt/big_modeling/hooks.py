@@ -360,7 +360,7 @@ def attach_execution_device_hook(
 
 def attach_align_device_hook_on_blocks(
     module: nn.Module,
-    execution_device: Device | Mapping[str, Device] | None = None,
+    execution_device: Device | Mapping[str, Device | None] | None = None,
     offload: bool | Mapping[str, bool] = False,
     weights_map: Mapping[str, torch.Tensor] | None = None,
     offload_buffers: bool = False,
