@@ -117,6 +117,32 @@ def _is_main_process() -> bool:
     return PartialState().is_main_process
 
 
+def _with_offloaded_weights(
+    model: nn.Module, state_dict: Mapping[str, torch.Tensor]
+) -> Mapping[str, torch.Tensor]:
+    """``state_dict`` with the weights of offloaded modules (meta in the model) read back in.
+
+    A model dispatched with CPU or disk offload holds its offloaded weights on the meta device;
+    their values are brought in module by module, as Accelerate's ``save_model`` does.
+    """
+    if not any(
+        isinstance(t, torch.Tensor) and t.device.type == "meta" for t in state_dict.values()
+    ):
+        return state_dict
+    from accel_ckpt.big_modeling.hooks import offloading_hook
+    from accel_ckpt.big_modeling.model_helpers import get_state_dict_offloaded_model
+
+    if not any(offloading_hook(module) is not None for module in model.modules()):
+        return state_dict
+    gathered = get_state_dict_offloaded_model(model)
+    return {
+        name: gathered.get(name, tensor)
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "meta"
+        else tensor
+        for name, tensor in state_dict.items()
+    }
+
+
 def save_model(
     model: nn.Module,
     save_directory: PathLike,
@@ -160,6 +186,7 @@ def save_model(
     directory.mkdir(parents=True, exist_ok=True)
     if state_dict is None:
         state_dict = unwrap_model(model, unwrap).state_dict()
+    state_dict = _with_offloaded_weights(unwrap_model(model, unwrap), state_dict)
     materialize_pending(state_dict.values())
     unique, aliases = split_aliases(state_dict)
     shards = shard_state_dict(unique, limit)

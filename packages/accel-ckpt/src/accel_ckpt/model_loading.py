@@ -42,6 +42,8 @@ from accel_ckpt.sharding import (
 )
 
 logger = logging.getLogger(__name__)
+# Accelerate reports unused checkpoint weights on ``accelerate.utils.modeling``; accel's twin.
+_modeling_logger = logging.getLogger("accel.utils.modeling")
 
 PathLike = str | os.PathLike[str]
 
@@ -237,8 +239,9 @@ def load_model_source(
     if strict and (missing or unexpected):
         _raise_for_keys(missing, unexpected, label)
     if unexpected:
-        logger.warning(
-            "Some weights of %s were not used by %s: %s",
+        _modeling_logger.warning(
+            "Some weights of the model checkpoint at %s were not used when initializing %s: %s. "
+            "They are ignored; pass strict=True to make this an error.",
             label,
             type(model).__name__,
             format_keys(unexpected),

@@ -60,7 +60,12 @@ def save(
         elif isinstance(obj, Mapping) and all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
         ):
-            write_safetensors(temporary, obj, {"format": "pt"})
+            from accel_ckpt.big_modeling.model_helpers import clean_state_dict_for_safetensors
+
+            # Tensors sharing storage (tied weights) are written once, with a warning.
+            write_safetensors(
+                temporary, clean_state_dict_for_safetensors(dict(obj)), {"format": "pt"}
+            )
         else:
             save_state_file(temporary, obj, f"save({os.fspath(f)!r})")
 

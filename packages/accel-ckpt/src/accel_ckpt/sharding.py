@@ -80,9 +80,17 @@ def write_index(
 
 
 def read_index(path: str | os.PathLike[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """The weight map and alias map of a shard index."""
+    """The weight map and alias map of a shard index.
+
+    Besides the usual ``{"metadata": ..., "weight_map": {...}}`` a bare ``{tensor: file}``
+    object is accepted, as Accelerate's ``load_checkpoint_in_model`` does.
+    """
     try:
         document = json.loads(Path(path).read_text())
+        if "weight_map" not in document and all(
+            isinstance(value, str) for value in document.values()
+        ):
+            document = {"weight_map": document}
         weight_map = {str(k): str(v) for k, v in document["weight_map"].items()}
         aliases = document.get("metadata", {}).get("accel_aliases", {})
         return weight_map, {str(k): str(v) for k, v in aliases.items()}

@@ -11,7 +11,7 @@ _BINARY = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(size: int | str) -> int:
+def parse_size(size: int | str, argument: str = "max_shard_size", allow_zero: bool = False) -> int:
     """Convert a size to bytes.
 
     ``KB/MB/GB/TB`` are powers of 1000 and ``KiB/MiB/GiB/TiB`` powers of 1024; a lower-case
@@ -19,6 +19,8 @@ def parse_size(size: int | str) -> int:
 
     Args:
         size: An int (bytes) or a string such as ``"10GB"``.
+        argument: The argument's name, for the error messages.
+        allow_zero: Accept zero bytes (``"0MB"``).
 
     Returns:
         The size in bytes.
@@ -29,16 +31,16 @@ def parse_size(size: int | str) -> int:
     """
     if isinstance(size, bool) or not isinstance(size, int | str):
         raise InvalidArgumentError(
-            f"max_shard_size={size!r} is not a size; pass an int (bytes) or a string like '10GB'."
+            f"{argument}={size!r} is not a size; pass an int (bytes) or a string like '10GB'."
         )
     if isinstance(size, int):
-        if size <= 0:
-            raise InvalidArgumentError(f"max_shard_size={size} must be a positive number of bytes.")
+        if size < 0 or (size == 0 and not allow_zero):
+            raise InvalidArgumentError(f"{argument}={size} must be a positive number of bytes.")
         return size
     match = _PATTERN.match(size)
     if match is None:
         raise InvalidArgumentError(
-            f"max_shard_size={size!r} is not a size; use e.g. '200KB', '1GB', '10GiB' or an int."
+            f"{argument}={size!r} is not a size; use e.g. '200KB', '1GB', '10GiB' or an int."
         )
     number, unit = float(match.group(1)), match.group(2)
     bits = len(unit) > 1 and unit.endswith("b") and not unit.upper().endswith("IB")
@@ -46,14 +48,14 @@ def parse_size(size: int | str) -> int:
     factor = _DECIMAL.get(key) or _BINARY.get(key)
     if factor is None:
         raise InvalidArgumentError(
-            f"max_shard_size={size!r} has unknown unit {unit!r}; "
+            f"{argument}={size!r} has unknown unit {unit!r}; "
             f"use one of {sorted(_DECIMAL)} or {['KiB', 'MiB', 'GiB', 'TiB']}."
         )
     value = int(number * factor)
     if bits:
         value //= 8
-    if value <= 0:
-        raise InvalidArgumentError(f"max_shard_size={size!r} must be at least one byte.")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidArgumentError(f"{argument}={size!r} must be at least one byte.")
     return value
 
 

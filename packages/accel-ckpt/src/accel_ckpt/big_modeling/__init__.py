@@ -10,6 +10,11 @@ Example:
 
 """
 
+from accel_ckpt.big_modeling.casting import (
+    SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING,
+    LayerwiseCastingHook,
+    attach_layerwise_casting_hooks,
+)
 from accel_ckpt.big_modeling.dispatch import (
     cpu_offload,
     cpu_offload_with_hook,
@@ -26,6 +31,7 @@ from accel_ckpt.big_modeling.hooks import (
     UserCpuOffloadHook,
     add_hook_to_module,
     attach_align_device_hook,
+    attach_align_device_hook_on_blocks,
     attach_execution_device_hook,
     remove_hook_from_module,
     remove_hook_from_submodules,
@@ -93,6 +99,10 @@ __all__ = [
     "remove_hook_from_submodules",
     "attach_align_device_hook",
     "attach_execution_device_hook",
+    "attach_align_device_hook_on_blocks",
+    "attach_layerwise_casting_hooks",
+    "LayerwiseCastingHook",
+    "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",
     "BnbQuantizationConfig",
     "CustomDtype",
     "has_4bit_bnb_layers",

@@ -52,7 +52,8 @@ from accel_ckpt.errors import (
 from accel_ckpt.model_loading import load_checkpoint_in_model
 from accel_ckpt.sizes import format_size
 
-logger = logging.getLogger(__name__)
+# Accelerate logs from ``accelerate.big_modeling``; accel's twin of that name.
+logger = logging.getLogger("accel.big_modeling")
 
 PathLike = str | os.PathLike[str]
 STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -224,24 +225,18 @@ def dispatch_model(
         The model, hooked, with ``hf_device_map`` set.
 
     Raises:
-        DeviceMapError: The map misses a tensor, names an unknown device or module, or sends
-            everything to disk (use :func:`disk_offload`).
+        DeviceMapError: The map misses a tensor, or names an unknown device or module.
 
     """
-    check_device_map(model, device_map)
+    check_device_map(model, device_map, strict_keys=True)
     normalized = {
         key: normalize_device_key(value, f"device_map[{key!r}]")
         for key, value in device_map.items()
     }
     values = set(normalized.values())
     check_devices_exist(values)
-    if len(values) == 1 and not force_hooks:
+    if len(values) == 1 and DISK not in values and not force_hooks:
         (only,) = values
-        if only == DISK:
-            raise DeviceMapError(
-                "device_map sends the whole model to 'disk'; use disk_offload(model, "
-                "offload_dir, execution_device), or pass force_hooks=True."
-            )
         model.to(_torch_device(only))
         model.hf_device_map = dict(normalized)  # type: ignore[assignment]
         return model
@@ -537,7 +532,7 @@ def load_checkpoint_and_dispatch(
             model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers
         )
     elif device_map is not None:
-        check_device_map(model, device_map)
+        check_device_map(model, device_map, strict_keys=True)
         planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
     if planned is not None:
         check_devices_exist(planned.values())

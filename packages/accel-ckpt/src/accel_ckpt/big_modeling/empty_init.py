@@ -47,11 +47,18 @@ def init_on_device(
 
     Args:
         device: Where parameters go (``"meta"`` allocates nothing).
-        include_buffers: Also move registered buffers and device-less tensor factories there.
+        include_buffers: Create every tensor made without an explicit device there (buffers
+            included), through torch's device context manager.
 
     """
     target = torch.device(device)
     include = bool(include_buffers)
+    if include:
+        # Everything created without an explicit device lands on ``target``: torch's device
+        # context does it (nn.Module's methods stay as they are).
+        with _LOCK, target:
+            yield
+        return
     with _LOCK:
         original_parameter = nn.Module.register_parameter
         original_buffer = nn.Module.register_buffer

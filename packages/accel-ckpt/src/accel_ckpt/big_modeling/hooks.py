@@ -22,6 +22,9 @@ from accel_ops import find_device, send_to_device
 
 Device = int | str | torch.device
 
+#: Methods that dispatch_model guards on a dispatched model (removed with its hooks).
+_ADDED_ATTRIBUTES = ("to", "cuda", "cpu", "npu", "xpu", "mlu", "sdaa", "musa")
+
 
 class ModelHook:
     """Base class of hooks: every method returns its input unchanged.
@@ -132,6 +135,9 @@ def remove_hook_from_module(module: nn.Module, recurse: bool = False) -> nn.Modu
             module.__dict__.pop("forward", None)
         else:
             module.forward = old_forward  # type: ignore[method-assign]
+    for name in _ADDED_ATTRIBUTES:  # the move guards dispatch_model adds
+        if getattr(module.__dict__.get(name), "_accel_guarded", False):
+            del module.__dict__[name]
     if recurse:
         for child in module.children():
             remove_hook_from_module(child, recurse=True)
@@ -324,9 +330,143 @@ def attach_execution_device_hook(
     module: nn.Module,
     execution_device: Device,
     skip_keys: str | list[str] | None = None,
+    preload_module_classes: Iterable[str] | None = None,
+    tied_params_map: dict[int, dict[torch.device, torch.Tensor]] | None = None,
 ) -> None:
-    """Make ``module`` and its sub-modules move their inputs to ``execution_device``."""
-    add_hook_to_module(module, AlignDevicesHook(execution_device, skip_keys=skip_keys), append=True)
+    """Make ``module`` and its sub-modules move their inputs to ``execution_device``.
+
+    Every module without a hook that has tensors in its state dict gets an
+    :class:`AlignDevicesHook`; the walk stops below modules of ``preload_module_classes``.
+    """
+    if not hasattr(module, "_hf_hook") and len(module.state_dict()) > 0:
+        add_hook_to_module(
+            module,
+            AlignDevicesHook(
+                execution_device, skip_keys=skip_keys, tied_params_map=tied_params_map
+            ),
+        )
+    preload = set(preload_module_classes or [])
+    if type(module).__name__ in preload:
+        return
+    for child in module.children():
+        attach_execution_device_hook(
+            child,
+            execution_device,
+            skip_keys=skip_keys,
+            preload_module_classes=preload,
+            tied_params_map=tied_params_map,
+        )
+
+
+def attach_align_device_hook_on_blocks(
+    module: nn.Module,
+    execution_device: Device | Mapping[str, Device | None] | None = None,
+    offload: bool | Mapping[str, bool] = False,
+    weights_map: Mapping[str, torch.Tensor] | None = None,
+    offload_buffers: bool = False,
+    module_name: str = "",
+    skip_keys: str | list[str] | None = None,
+    preload_module_classes: Iterable[str] | None = None,
+    tied_params_map: dict[int, dict[torch.device, torch.Tensor]] | None = None,
+) -> None:
+    """Attach :class:`AlignDevicesHook` to the blocks of a model, per block device and offload.
+
+    Args:
+        module: The model (or block).
+        execution_device: One device, or block name -> device.
+        offload: One flag, or block name -> whether that block's weights are offloaded.
+        weights_map: The offloaded weights by full tensor name.
+        offload_buffers: Offload buffers too.
+        module_name: ``module``'s name in the model.
+        skip_keys: Input keys not moved between devices.
+        preload_module_classes: Classes whose sub-module weights load all at once.
+        tied_params_map: Accepted for compatibility.
+    """
+    if not isinstance(execution_device, Mapping) and not isinstance(offload, Mapping):
+        if not offload:
+            add_hook_to_module(
+                module,
+                AlignDevicesHook(
+                    execution_device=execution_device,
+                    io_same_device=True,
+                    skip_keys=skip_keys,
+                    place_submodules=True,
+                ),
+            )
+        else:
+            attach_align_device_hook(
+                module,
+                execution_device=execution_device,
+                offload=True,
+                weights_map=weights_map,
+                offload_buffers=offload_buffers,
+                module_name=module_name,
+                skip_keys=skip_keys,
+            )
+        return
+    devices: Mapping[str, Device | None] = (
+        execution_device
+        if isinstance(execution_device, Mapping)
+        else dict.fromkeys(offload, execution_device)  # type: ignore[arg-type]
+    )
+    flags: Mapping[str, bool] = (
+        offload if isinstance(offload, Mapping) else dict.fromkeys(devices, offload)
+    )
+    if module_name in devices and module_name in flags:
+        device = devices[module_name]
+        if not flags[module_name]:
+            add_hook_to_module(
+                module,
+                AlignDevicesHook(
+                    execution_device=device,
+                    offload_buffers=offload_buffers,
+                    io_same_device=module_name == "",
+                    place_submodules=True,
+                    skip_keys=skip_keys,
+                ),
+            )
+        else:
+            attach_align_device_hook(
+                module,
+                execution_device=device,
+                offload=True,
+                weights_map=weights_map,
+                offload_buffers=offload_buffers,
+                module_name=module_name,
+                skip_keys=skip_keys,
+                preload_module_classes=preload_module_classes,
+            )
+            if not hasattr(module, "_hf_hook"):
+                add_hook_to_module(
+                    module,
+                    AlignDevicesHook(
+                        execution_device=device,
+                        io_same_device=module_name == "",
+                        skip_keys=skip_keys,
+                    ),
+                )
+        if device is not None:
+            attach_execution_device_hook(
+                module, device, skip_keys=skip_keys, preload_module_classes=preload_module_classes
+            )
+    elif module_name == "":
+        add_hook_to_module(
+            module,
+            AlignDevicesHook(
+                execution_device=devices.get(""), io_same_device=True, skip_keys=skip_keys
+            ),
+        )
+    for child_name, child in module.named_children():
+        attach_align_device_hook_on_blocks(
+            child,
+            execution_device=devices,
+            offload=flags,
+            weights_map=weights_map,
+            offload_buffers=offload_buffers,
+            module_name=f"{module_name}.{child_name}" if module_name else child_name,
+            skip_keys=skip_keys,
+            preload_module_classes=preload_module_classes,
+        )
 
 
 class CpuOffload(ModelHook):

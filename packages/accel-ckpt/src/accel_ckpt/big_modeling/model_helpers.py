@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,10 +28,19 @@ from torch import nn
 
 from accel_ckpt.big_modeling.hooks import offloading_hook
 from accel_ckpt.big_modeling.offload import load_offloaded_weight
-from accel_ckpt.big_modeling.planning import compute_module_sizes, get_max_layer_size
+from accel_ckpt.big_modeling.planning import (
+    DtypeLike,
+    compute_module_sizes,
+    get_max_layer_size,
+)
 from accel_ckpt.big_modeling.tensors import set_module_tensor_to_device
 
 PathLike = str | os.PathLike[str]
+
+# Accelerate logs from ``accelerate.utils.modeling``; accel's twin of that name.
+logger = logging.getLogger("accel.utils.modeling")
+# Accelerate reports the shared-tensor cleanup on ``accelerate.utils.other``.
+_other_logger = logging.getLogger("accel.utils.other")
 
 
 def _placement(name: str, device_map: Mapping[str, Any]) -> Any:
@@ -96,10 +106,11 @@ def clean_state_dict_for_safetensors(
     for name in dropped:
         del state_dict[name]
     if dropped:
-        warnings.warn(
-            f"Removed shared tensor {set(dropped)} while saving; they are tied to the kept "
+        _other_logger.warning(
+            "Removed shared tensor %s while saving. This should be OK, but check by verifying "
+            "that you don't receive any warning while reloading; they are tied to the kept "
             "names and are restored by retie_parameters (or the model's tie_weights) on load.",
-            stacklevel=2,
+            set(dropped),
         )
     for name, tensor in state_dict.items():
         if isinstance(tensor, torch.Tensor):
@@ -270,14 +281,190 @@ def align_module_device(
         yield
 
 
+def check_device_same(first_device: torch.device, second_device: torch.device) -> bool:
+    """Whether two devices are the same, ``cuda`` counting as ``cuda:0`` (and so on)."""
+    if first_device.type != second_device.type:
+        return False
+
+    def indexed(device: torch.device) -> torch.device:
+        if device.type != "cpu" and device.index is None:
+            return torch.device(device.type, 0)
+        return device
+
+    return indexed(first_device) == indexed(second_device)
+
+
+def get_non_persistent_buffers(
+    module: nn.Module, recurse: bool = False, fqns: bool = False
+) -> set[str]:
+    """Names of the buffers of ``module`` that ``state_dict()`` leaves out.
+
+    Args:
+        module: The module.
+        recurse: Also look in every sub-module.
+        fqns: With ``recurse``, give sub-modules' buffers by their dotted names.
+    """
+    names = set(module._non_persistent_buffers_set)
+    if recurse:
+        for prefix, sub in module.named_modules():
+            if fqns:
+                names |= {f"{prefix}.{leaf}" for leaf in sub._non_persistent_buffers_set}
+            else:
+                names |= sub._non_persistent_buffers_set
+    return names
+
+
+def compute_module_total_buffer_size(
+    model: nn.Module,
+    dtype: DtypeLike | None = None,
+    special_dtypes: Mapping[str, DtypeLike] | None = None,
+) -> int:
+    """Bytes of all the buffers of ``model`` (floating-point ones counted at ``dtype``)."""
+    sizes = compute_module_sizes(
+        model, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True
+    )
+    return sizes.get("", 0)
+
+
+def get_module_size_with_ties(
+    tied_params: Sequence[str],
+    module_size: int,
+    module_sizes: Mapping[str, int],
+    modules_to_treat: Sequence[tuple[str, nn.Module]],
+) -> tuple[int, list[str], list[nn.Module]]:
+    """Size of a module together with the modules its tied parameters live in.
+
+    Args:
+        tied_params: Names of the parameters tied to the module's, living in other modules.
+        module_size: Bytes of the module alone.
+        module_sizes: Bytes by module (and tensor) name, as from ``compute_module_sizes``.
+        modules_to_treat: ``(name, module)`` still to place; each tied parameter's module is
+            looked up there.
+
+    Returns:
+        The combined size (tied tensors counted once), the names of the tied modules and the
+        modules.
+
+    Raises:
+        ValueError: A tied parameter lies in none of ``modules_to_treat``.
+    """
+    if not tied_params:
+        return module_size, [], []
+    names: list[str] = []
+    modules: list[nn.Module] = []
+    for param in tied_params:
+        found = [(n, m) for n, m in modules_to_treat if param.startswith(n + ".")]
+        if not found:
+            raise ValueError(
+                f"tied_params names {param!r}, which is in none of modules_to_treat "
+                f"({[n for n, _ in modules_to_treat][:10]}); pass the module that holds it."
+            )
+        names.append(found[0][0])
+        modules.append(found[0][1])
+    total = module_size
+    for param, name in zip(tied_params, names, strict=True):
+        total += module_sizes[name] - module_sizes[param]
+    return total, names, modules
+
+
+def get_module_leaves(module_sizes: Mapping[str, int]) -> list[str]:
+    """Names in ``module_sizes`` that have no entry below them (the root excluded)."""
+    children: dict[str, int] = {}
+    for name in module_sizes:
+        if name and "." in name:
+            parent = name.rsplit(".", 1)[0]
+            children[parent] = children.get(parent, 0) + 1
+    return [name for name in module_sizes if name and not children.get(name, 0)]
+
+
+def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full state dict of a model whose weights are (partly) offloaded, on the CPU.
+
+    Each sub-module's offloaded weights are brought in one at a time (so only one module's
+    weights are in memory at once besides the result). Tensors that stay on the meta device
+    (placeholders with no offloaded copy) are left out with a warning.
+
+    Raises:
+        MemoryError: An offloaded module does not fit in CPU memory.
+    """
+    state: dict[str, torch.Tensor] = {}
+    placeholders: set[str] = set()
+    for name, module in model.named_modules():
+        if name == "":
+            continue
+        try:
+            with align_module_device(module, torch.device("cpu")):
+                module_state = module.state_dict()
+        except MemoryError:
+            raise MemoryError(
+                "Offloaded module must fit in CPU memory to call save_model!"
+            ) from None
+        for key, tensor in module_state.items():
+            full = f"{name}.{key}"
+            if tensor.device.type == "meta":
+                placeholders.add(full)
+                continue
+            state[full] = tensor.to("cpu")
+    for name, tensor in model.state_dict().items():
+        if name not in state and tensor.device.type != "meta":
+            state[name] = tensor.to("cpu")  # the root's own tensors
+    placeholders -= state.keys()
+    if placeholders:
+        logger.warning(
+            "The following tensors were not saved because they were still on meta device: %s",
+            placeholders,
+        )
+    return state
+
+
+def get_state_dict_from_offload(
+    module: nn.Module,
+    module_name: str,
+    state_dict: dict[str, Any],
+    device_to_put_offload: int | str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Fill ``state_dict``'s entries of ``module`` with its weights, loaded if offloaded.
+
+    Args:
+        module: The (sub-)module.
+        module_name: The dotted name of one of its tensors (``"layer.weight"``): entries under
+            its parent prefix are filled.
+        state_dict: Name -> value; only names already there are replaced.
+        device_to_put_offload: Where offloaded weights are loaded (unused if not offloaded).
+
+    Returns:
+        ``state_dict``, updated in place.
+    """
+    root = module_name[: module_name.rfind(".")]
+    target: torch.device | None = None
+    if offloading_hook(module) is not None:
+        target = (
+            torch.device("cuda", device_to_put_offload)
+            if isinstance(device_to_put_offload, int)
+            else torch.device(device_to_put_offload)
+        )
+    with align_module_device(module, target):
+        for key, value in module.state_dict().items():
+            if f"{root}.{key}" in state_dict:
+                state_dict[f"{root}.{key}"] = value
+    return state_dict
+
+
 __all__ = [
     "align_module_device",
     "calculate_maximum_sizes",
+    "check_device_same",
     "check_tied_parameters_in_config",
     "check_tied_parameters_on_same_device",
     "clean_state_dict_for_safetensors",
+    "compute_module_total_buffer_size",
     "extract_submodules_state_dict",
     "get_module_children_bottom_up",
+    "get_module_leaves",
+    "get_module_size_with_ties",
+    "get_non_persistent_buffers",
+    "get_state_dict_from_offload",
+    "get_state_dict_offloaded_model",
     "id_tensor_storage",
     "load_offloaded_weights",
     "load_state_dict",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
@@ -28,13 +29,18 @@ from accel_ckpt.big_modeling.memory import (
     get_max_memory,
     normalize_device_key,
 )
-from accel_ckpt.big_modeling.tensors import named_module_tensors, tensor_nbytes
+from accel_ckpt.big_modeling.tensors import (
+    find_tied_parameters,
+    named_module_tensors,
+    tensor_nbytes,
+)
 from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.errors import DeviceMapError
 from accel_ckpt.placement import resolve_dtype
 from accel_ckpt.sizes import format_size
 
-logger = logging.getLogger(__name__)
+# Accelerate logs from ``accelerate.utils.modeling``; accel's twin of that name.
+logger = logging.getLogger("accel.utils.modeling")
 
 DtypeLike = str | torch.dtype | CustomDtype
 SizingDtype = torch.dtype | CustomDtype
@@ -149,52 +155,95 @@ def get_balanced_memory(
     return memory
 
 
-class _Tensors:
-    """Tensor identities and sizes of the model, for placing tied weights together."""
-
-    def __init__(
-        self, model: nn.Module, dtype: SizingDtype | None, special: dict[str, SizingDtype] | None
-    ) -> None:
-        self.size: dict[int, int] = {}
-        self.by_module: dict[int, set[int]] = {}
-        for prefix, module in model.named_modules(remove_duplicate=False):
-            for table in (module._parameters, module._buffers):
-                for leaf, tensor in table.items():
-                    if tensor is None:
-                        continue
-                    name = f"{prefix}.{leaf}" if prefix else leaf
-                    self.size.setdefault(
-                        id(tensor), tensor_nbytes(tensor, _dtype_for(name, dtype, special))
-                    )
-
-    def of(self, obj: nn.Module | torch.Tensor) -> set[int]:
-        """Identities of the tensors in ``obj`` (itself when a tensor), tied ones included."""
-        if isinstance(obj, torch.Tensor):
-            return {id(obj)}
-        key = id(obj)
-        if key not in self.by_module:
-            self.by_module[key] = {
-                id(t)
-                for m in obj.modules(remove_duplicate=False)
-                for table in (m._parameters, m._buffers)
-                for t in table.values()
-                if t is not None
-            }
-        return self.by_module[key]
+def _outside_ties(name: str, tied_groups: list[list[str]]) -> list[str]:
+    """Parameters tied to a parameter inside ``name`` that live outside it."""
+    inside = [group for group in tied_groups if any(_within(k, name) for k in group)]
+    return [
+        k
+        for group in inside
+        if not all(_within(x, name) for x in group)
+        for k in group
+        if not _within(k, name)
+    ]
 
 
-def _children(name: str, module: nn.Module) -> list[_Item]:
+def _within(key: str, prefix: str) -> bool:
+    return (key + ".").startswith(prefix + ".")
+
+
+def _split(name: str, module: nn.Module) -> list[_Item]:
+    """A module's own parameters and children, named in the model (its buffers go with it)."""
     prefix = f"{name}." if name else ""
     items: list[_Item] = [(prefix + n, p) for n, p in module.named_parameters(recurse=False)]
-    items += [(prefix + n, c) for n, c in module.named_children()]
-    items += [(prefix + n, b) for n, b in module.named_buffers(recurse=False)]
-    return items
+    return items + [(prefix + n, c) for n, c in module.named_children()]
+
+
+def _splittable(obj: nn.Module | torch.Tensor, no_split: set[str]) -> bool:
+    return (
+        isinstance(obj, nn.Module)
+        and not isinstance(obj, torch.Tensor)
+        and type(obj).__name__ not in no_split
+        and next(obj.children(), None) is not None
+    )
+
+
+def _size_with_ties(
+    tied: list[str], size: int, sizes: Mapping[str, int], queue: list[_Item]
+) -> tuple[int, list[str]]:
+    """``size`` plus the modules (in ``queue``) holding ``tied``, tied tensors counted once."""
+    names: list[str] = []
+    total = size
+    for param in tied:
+        holder = next((n for n, _ in queue if param.startswith(n + ".")), None)
+        if holder is None:
+            continue  # already placed
+        names.append(holder)
+        total += sizes[holder] - sizes[param]
+    return total, names
+
+
+def _fallback(
+    queue: list[_Item],
+    sizes: Mapping[str, int],
+    limit: int,
+    no_split: set[str],
+    tied_groups: list[list[str]],
+) -> tuple[_Item | None, list[_Item]]:
+    """A module of ``queue`` (searched breadth-first, splitting) that fits in ``limit`` bytes.
+
+    Returns it and the queue without it (its ancestors in the queue replaced by their parts),
+    or ``(None, queue)``.
+    """
+    if limit < 0:
+        return None, queue
+    search = list(queue)
+    found: _Item | None = None
+    while search:
+        name, obj = search.pop(0)
+        total, _ = _size_with_ties(_outside_ties(name, tied_groups), sizes[name], sizes, search)
+        if total <= limit:
+            found = (name, obj)
+            break
+        if _splittable(obj, no_split):
+            search = _split(name, obj) + search  # type: ignore[arg-type]
+    if found is None:
+        return None, queue
+    rest = list(queue)
+    parts = found[0].split(".")
+    for depth in range(1, len(parts)):
+        parent = ".".join(parts[:depth])
+        names = [n for n, _ in rest]
+        if parent in names:
+            index = names.index(parent)
+            rest[index : index + 1] = _split(parent, rest[index][1])  # type: ignore[arg-type]
+    names = [n for n, _ in rest]
+    return rest.pop(names.index(found[0])), rest
 
 
 def infer_auto_device_map(
     model: nn.Module,
     max_memory: Mapping[object, int | str] | None = None,
-    no_split_module_classes: Iterable[str] | None = None,
+    no_split_module_classes: Iterable[str] | str | None = None,
     dtype: DtypeLike | None = None,
     special_dtypes: Mapping[str, DtypeLike] | None = None,
     verbose: bool = False,
@@ -203,6 +252,12 @@ def infer_auto_device_map(
     fallback_allocation: bool = False,
 ) -> dict[str, DeviceKey]:
     """Plan a device map for ``model`` within ``max_memory`` (GPUs in order, then cpu, then disk).
+
+    Modules are taken in definition order and put on the current device while they fit; one that
+    does not is split into its parameters and children (unless it is a leaf or its class is in
+    ``no_split_module_classes``), else the next device is opened. A module is placed together
+    with the modules holding weights tied to its own; when only those do not fit, they are split
+    first. The main devices (first GPU, CPU) keep room for the largest layer still to place.
 
     Example:
         >>> with init_empty_weights():
@@ -220,91 +275,137 @@ def infer_auto_device_map(
         special_dtypes: Per-tensor dtypes overriding ``dtype``.
         verbose: Log every placement decision.
         clean_result: Merge modules whose children all landed on one device.
-        offload_buffers: Accepted for compatibility; buffers are always planned with their module.
-        fallback_allocation: Accepted for compatibility.
+        offload_buffers: Buffers of offloaded modules stay offloaded; without it they are all
+            brought to a GPU, and a warning says when they fit on none.
+        fallback_allocation: When the next module does not fit on a device that holds nothing
+            yet, put there the first smaller module that does (breadth-first search).
 
     Returns:
         Module (or tensor) name -> GPU index, ``"cpu"`` or ``"disk"``, in model order.
 
     """
-    del offload_buffers, fallback_allocation
     memory = get_max_memory(max_memory)
     devices: list[DeviceKey] = [key for key in memory if key != DISK] + [DISK]
+    gpus = [key for key in devices if key not in (CPU, DISK)]
+    main_devices: list[DeviceKey] = (
+        ["mps"] if "mps" in gpus else ([gpus[0], CPU] if gpus else [CPU])
+    )
+    if isinstance(no_split_module_classes, str):
+        no_split_module_classes = [no_split_module_classes]
     no_split = set(no_split_module_classes or [])
-    resolved = _sizing_dtype(dtype)
-    tensors = _Tensors(model, resolved, _resolve_special(special_dtypes))
-    gpus = _gpu_keys(memory)
-    main_devices = {gpus[0], CPU} if gpus else {CPU}
-    roots = list(model.named_children()) or [("", model)]
-    layers = [
-        (name, tensors.of(module))
-        for root_name, root in roots
-        for name, module in _layers(root, root_name, no_split)
+    sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
+    tied_groups = find_tied_parameters(model)
+    queue: list[_Item] = [
+        *model.named_parameters(recurse=False),
+        *model.named_children(),
+        *model.named_buffers(recurse=False),
     ]
-    queue: list[_Item] = _children("", model) if not _no_split(model, no_split) else [("", model)]
-    placed: dict[int, DeviceKey] = {}
+
+    def largest_layer() -> tuple[int, list[str]]:
+        return get_max_layer_size(
+            [(n, m) for n, m in queue if isinstance(m, nn.Module)], sizes, no_split
+        )
+
+    layer_size, layer_names = get_max_layer_size(
+        [(n, m) for n, m in queue if isinstance(m, nn.Module)], sizes, no_split
+    )
     device_map: dict[str, DeviceKey] = {}
-    index, used = 0, 0
-
-    def reserve(device: DeviceKey, current: set[int]) -> int:
-        """Room a main device keeps for the largest layer still to place (but not ``current``)."""
-        if device not in main_devices:
-            return 0
-        left = sum(size for key, size in tensors.size.items() if key not in placed)
-        if left <= memory[device] - used:
-            return 0  # everything left fits here: nothing will be offloaded
-        largest = 0
-        for _, ids in layers:
-            rest = ids - placed.keys() - current
-            if rest:
-                largest = max(largest, sum(tensors.size[key] for key in rest))
-        return largest
-
+    used: dict[DeviceKey, int] = dict.fromkeys(devices, 0)
+    buffers: dict[DeviceKey, int] = {}
+    minimum: dict[DeviceKey, int] = {}
+    index = 0
     while queue:
-        name, obj = queue[0]
-        own = tensors.of(obj) - placed.keys()
-        if not own:
-            queue.pop(0)
-            if isinstance(obj, nn.Module) and not tensors.of(obj):
-                continue
-            device_map[name] = placed[next(iter(tensors.of(obj)))]
-            continue
-        partners = [
-            position for position in range(1, len(queue)) if tensors.of(queue[position][1]) & own
-        ]
-        group = set(own)
-        for position in partners:
-            group |= tensors.of(queue[position][1]) - placed.keys()
-        needed = sum(tensors.size[key] for key in group)
+        name, obj = queue.pop(0)
+        layer_names = [n for n in layer_names if not _within(n, name)]
+        if not layer_names:
+            layer_size, layer_names = largest_layer()
+        size = sizes[name]
+        tied = _outside_ties(name, tied_groups)
         device = devices[index]
-        if device == DISK or used + needed <= memory[device] - reserve(device, group):
-            for position in [0, *partners]:
-                device_map[queue[position][0]] = device
-            for key in group:
-                placed[key] = device
-            used += needed
-            if verbose:
-                logger.info("Putting %s (%s) on %s.", name, format_size(needed), device)
-            for position in sorted(partners, reverse=True):
-                queue.pop(position)
-            queue.pop(0)
-            continue
-        if (
-            isinstance(obj, nn.Module)
-            and not _no_split(obj, no_split)
-            and next(obj.children(), None)
-        ):
+        room: int | None = None if device == DISK else memory[device]
+        reserved = 0
+        if device in main_devices and room is not None:
+            room -= layer_size
+            reserved = layer_size
+        with_ties, tied_names = _size_with_ties(tied, size, sizes, queue)
+        if room is None or used[device] + with_ties <= room:
             if verbose:
                 logger.info(
-                    "Splitting %s (%s does not fit on %s).", name, format_size(needed), device
+                    "Putting %s%s on %s.", name, f" and {tied_names}" if tied_names else "", device
                 )
-            queue[0:1] = _children(name, obj)
+            used[device] += with_ties
+            device_map[name] = device
+            for tied_name in tied_names:
+                queue = [(n, m) for n, m in queue if n != tied_name]
+                device_map[tied_name] = device
+            if not offload_buffers and isinstance(obj, nn.Module):
+                buffers[device] = buffers.get(device, 0) + compute_module_sizes(
+                    obj, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True
+                ).get("", 0)
             continue
+        assert room is not None  # the disk takes everything
+        if tied and used[device] + size <= room:
+            split_one = False
+            for tied_name in tied_names:
+                position = next(i for i, (n, _) in enumerate(queue) if n == tied_name)
+                tied_module = queue[position][1]
+                if not _splittable(tied_module, no_split):
+                    continue
+                if verbose:
+                    logger.info("Splitting %s (tied to %s).", tied_name, name)
+                queue[position : position + 1] = _split(tied_name, tied_module)  # type: ignore[arg-type]
+                queue.insert(0, (name, obj))
+                layer_size, layer_names = largest_layer()
+                split_one = True
+                break
+            if split_one:
+                continue
+        if used[device] + size >= room and _splittable(obj, no_split):
+            if verbose:
+                logger.info(
+                    "Splitting %s (%s does not fit on %s).", name, format_size(size), device
+                )
+            queue = _split(name, obj) + queue  # type: ignore[arg-type]
+            layer_size, layer_names = largest_layer()
+            continue
+        if used[device] == 0 and fallback_allocation and device != DISK:
+            limit = memory[device] - max(layer_size, with_ties)
+            found, rest = _fallback(queue, sizes, limit, no_split, tied_groups)
+            if found is not None:
+                queue = [found, (name, obj), *rest]
+                continue
+        if used[device] == 0:
+            minimum[device] = with_ties + reserved
         if verbose:
             logger.info("%s is full; moving on to %s.", device, devices[index + 1])
-        index, used = index + 1, 0
+        used[device] += reserved
+        index += 1
+        queue.insert(0, (name, obj))
     ordered = _in_model_order(model, device_map)
-    return clean_device_map(ordered) if clean_result else ordered
+    result = clean_device_map(ordered) if clean_result else ordered
+    offloaded_buffers = buffers.get(CPU, 0) + buffers.get(DISK, 0)
+    if offloaded_buffers > 0 and not offload_buffers and gpus:
+        fits = any(memory[gpu] >= offloaded_buffers + used.get(gpu, 0) for gpu in gpus)
+        if not fits:
+            warnings.warn(
+                f"Current model requires {offloaded_buffers} bytes of buffer for offloaded "
+                "layers, which seems does not fit any GPU's remaining memory. If you are "
+                "experiencing a OOM later, please consider using offload_buffers=True.",
+                stacklevel=2,
+            )
+    if minimum:
+        details = "\n".join(
+            f"  - {device}: {need} bytes required" for device, need in minimum.items()
+        )
+        logger.info(
+            "Based on the current allocation process, no modules could be assigned to the "
+            "following devices due to insufficient memory:\n%s\nThese minimum requirements are "
+            "specific to this allocation attempt and may vary. Consider increasing the available "
+            "memory for these devices to at least the specified minimum, or adjusting the model "
+            "config.",
+            details,
+        )
+    return result
 
 
 def _no_split(module: nn.Module, no_split: set[str]) -> bool:
@@ -371,14 +472,21 @@ def clean_device_map(
     return result
 
 
-def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None:
+def check_device_map(
+    model: nn.Module, device_map: Mapping[str, object], *, strict_keys: bool = False
+) -> None:
     """Check that ``device_map`` covers every saved tensor and names only real devices.
 
     Non-persistent buffers may be left out (they stay where they are).
 
+    A key that names no module or tensor of the model places nothing: it is reported with a
+    ``UserWarning`` (with the closest names), as Accelerate does, or raised with
+    ``strict_keys`` (``dispatch_model`` and ``load_checkpoint_and_dispatch`` use that: a typo
+    there would leave a module where the map did not mean it).
+
     Raises:
-        DeviceMapError: A tensor is not covered (the message lists them), a key names no module
-            or tensor of the model (with the closest names), or a value is not a device.
+        DeviceMapError: A tensor is not covered (the message lists them), a value is not a
+            device, or (with ``strict_keys``) a key names nothing in the model.
 
     """
     for key, value in device_map.items():
@@ -389,12 +497,21 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None
     known = {name for name, _ in named_module_tensors(model, recurse=True)}
     known |= {name for name, _ in model.named_modules()}
     unknown = [key for key in device_map if key and key not in known]
-    if unknown:
+    if unknown and strict_keys:
         hints = {key: difflib.get_close_matches(key, known, n=3) for key in unknown[:5]}
         raise DeviceMapError(
             f"device_map names {unknown[:5]}, which are not modules or tensors of "
             f"{type(model).__name__}; closest names: {hints}. Fix the keys (they are module "
             "names as in model.named_modules())."
+        )
+    if unknown:
+        hints = {key: difflib.get_close_matches(key, known, n=3) for key in unknown[:5]}
+        warnings.warn(
+            "The following device_map keys do not match any submodules in the model: "
+            f"{unknown} (closest names: {hints}). They place nothing; fix the keys (module "
+            "names as in model.named_modules()).",
+            UserWarning,
+            stacklevel=2,
         )
     if "" in device_map:
         return

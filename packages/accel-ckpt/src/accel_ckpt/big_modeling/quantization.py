@@ -39,7 +39,8 @@ from accel_ckpt.memory import release_free_heap
 from accel_ckpt.model_loading import resolve_model_checkpoint
 from accel_ckpt.safetensors_io import iter_safetensors
 
-logger = logging.getLogger(__name__)
+# Accelerate logs from ``accelerate.utils.bnb``; accel's twin of that name.
+logger = logging.getLogger("accel.utils.bnb")
 
 PathLike = str | os.PathLike[str]
 BNB_INSTALL = "pip install 'accel-ckpt[bnb]' (or pip install bitsandbytes)"

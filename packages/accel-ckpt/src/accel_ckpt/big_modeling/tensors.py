@@ -118,9 +118,9 @@ def set_module_tensor_to_device(
     if resolved is None and value.is_floating_point() and old.is_floating_point():
         resolved = old.dtype
     if value.shape != old.shape and old.device.type != "meta":
-        raise InvalidArgumentError(
-            f"Cannot set {tensor_name!r}: value has shape {list(value.shape)}, the module "
-            f"{list(old.shape)}."
+        raise InvalidArgumentError(  # Accelerate's words, which its tests compare exactly
+            f'Trying to set a tensor of shape {value.shape} in "{leaf}" (which has shape '
+            f"{old.shape}), this looks incorrect."
         )
     new = value.to(
         device=target,

@@ -42,8 +42,12 @@ def merge_fsdp_weights(
 
 
 def convert_file_size_to_int(size: int | str) -> int:
-    """Bytes in ``size`` (an int, or ``"10GB"``, ``"500MiB"``...): Accelerate's name."""
-    return parse_size(size)
+    """Bytes in ``size`` (an int, or ``"10GB"``, ``"500MiB"``, ``"0MB"``...): Accelerate's name.
+
+    Raises:
+        ValueError: ``size`` is negative or not a size.
+    """
+    return parse_size(size, argument="size", allow_zero=True)
 
 
 def dtype_byte_size(dtype: torch.dtype) -> float:

@@ -1,32 +1,61 @@
-"""Model helpers exposed under ``accel.utils``."""
+"""Accelerate's ``accelerate.utils.modeling`` path: model sizes, device maps, tied weights, loading.
+
+The implementations live in accel-ckpt (``accel_ckpt.big_modeling``, ``accel_ckpt.model_loading``)
+and accel (mixed precision, unwrapping); these are the same objects as in ``accel.utils``.
+
+Example:
+    >>> import torch
+    >>> from accel.utils.modeling import compute_module_sizes
+    >>> compute_module_sizes(torch.nn.Linear(2, 2))[""]
+    24
+"""
 
 from __future__ import annotations
 
 import torch
 
-from accel.modeling import unwrap_model
-
-
-def extract_model_from_parallel(
-    model: torch.nn.Module,
-    keep_fp32_wrapper: bool = True,
-    keep_torch_compile: bool = True,
-    recursive: bool = False,
-) -> torch.nn.Module:
-    """The user's model inside DDP / DataParallel (and, unless kept, ``torch.compile``) wrappers.
-
-    Args:
-        model: The model to extract.
-        keep_fp32_wrapper: Keep the mixed-precision forward patch.
-        keep_torch_compile: Return it still compiled when it was (Accelerate's default).
-        recursive: Also unwrap wrapped sub-modules, in place.
-    """
-    return unwrap_model(
-        model,
-        keep_fp32_wrapper=keep_fp32_wrapper,
-        keep_torch_compile=keep_torch_compile,
-        recursive=recursive,
-    )
+from accel.utils.amp import get_grad_scaler, get_mixed_precision_context_manager
+from accel.utils.compat import convert_file_size_to_int, dtype_byte_size, has_offloaded_params
+from accel.utils.other import extract_model_from_parallel
+from accel_ckpt.big_modeling.memory import get_max_memory
+from accel_ckpt.big_modeling.model_helpers import (
+    align_module_device,
+    calculate_maximum_sizes,
+    check_device_same,
+    check_tied_parameters_in_config,
+    check_tied_parameters_on_same_device,
+    compute_module_total_buffer_size,
+    get_module_leaves,
+    get_module_size_with_ties,
+    get_non_persistent_buffers,
+    get_state_dict_from_offload,
+    get_state_dict_offloaded_model,
+    id_tensor_storage,
+    load_offloaded_weights,
+    load_state_dict,
+    retie_parameters,
+)
+from accel_ckpt.big_modeling.offload import (
+    load_offloaded_weight,
+    offload_weight,
+    save_offload_index,
+)
+from accel_ckpt.big_modeling.planning import (
+    check_device_map,
+    clean_device_map,
+    compute_module_sizes,
+    get_balanced_memory,
+    get_max_layer_size,
+    infer_auto_device_map,
+)
+from accel_ckpt.big_modeling.tensors import (
+    find_tied_parameters,
+    named_module_tensors,
+    set_module_tensor_to_device,
+)
+from accel_ckpt.dtypes import CustomDtype
+from accel_ckpt.model_loading import load_checkpoint_in_model
+from accel_ckpt.sharding import SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:
@@ -41,3 +70,47 @@ def is_peft_model(model: torch.nn.Module) -> bool:
     from peft import PeftModel
 
     return isinstance(extract_model_from_parallel(model), PeftModel)
+
+
+__all__ = [
+    "SAFE_WEIGHTS_NAME",
+    "WEIGHTS_INDEX_NAME",
+    "WEIGHTS_NAME",
+    "CustomDtype",
+    "align_module_device",
+    "calculate_maximum_sizes",
+    "check_device_map",
+    "check_device_same",
+    "check_tied_parameters_in_config",
+    "check_tied_parameters_on_same_device",
+    "clean_device_map",
+    "compute_module_sizes",
+    "compute_module_total_buffer_size",
+    "convert_file_size_to_int",
+    "dtype_byte_size",
+    "extract_model_from_parallel",
+    "find_tied_parameters",
+    "get_balanced_memory",
+    "get_grad_scaler",
+    "get_max_layer_size",
+    "get_max_memory",
+    "get_mixed_precision_context_manager",
+    "get_module_leaves",
+    "get_module_size_with_ties",
+    "get_non_persistent_buffers",
+    "get_state_dict_from_offload",
+    "get_state_dict_offloaded_model",
+    "has_offloaded_params",
+    "id_tensor_storage",
+    "infer_auto_device_map",
+    "is_peft_model",
+    "load_checkpoint_in_model",
+    "load_offloaded_weight",
+    "load_offloaded_weights",
+    "load_state_dict",
+    "named_module_tensors",
+    "offload_weight",
+    "retie_parameters",
+    "save_offload_index",
+    "set_module_tensor_to_device",
+]

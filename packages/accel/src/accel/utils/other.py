@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
+
 from accel_state import str_to_bool
 
 _MIN_KERNEL = (5, 5)
@@ -76,6 +78,53 @@ def get_pretty_name(obj: Any) -> str:
     if not hasattr(obj, "__qualname__") and not hasattr(obj, "__name__"):
         obj = type(obj)
     return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or obj)
+
+
+def extract_model_from_parallel(
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
+) -> torch.nn.Module:
+    """The user's model inside DDP / DataParallel (and, unless kept, ``torch.compile``) wrappers.
+
+    Args:
+        model: The model to extract.
+        keep_fp32_wrapper: Keep the mixed-precision forward patch.
+        keep_torch_compile: Return it still compiled when it was (Accelerate's default).
+        recursive: Also unwrap wrapped sub-modules, in place.
+    """
+    from accel.modeling import unwrap_model
+
+    unwrapped = unwrap_model(
+        model,
+        keep_fp32_wrapper=keep_fp32_wrapper,
+        keep_torch_compile=keep_torch_compile,
+        recursive=recursive,
+    )
+    if not keep_fp32_wrapper:
+        _restore_original_forward(getattr(unwrapped, "_orig_mod", unwrapped))
+    return unwrapped
+
+
+def _restore_original_forward(model: torch.nn.Module) -> None:
+    """Undo a forward wrapped by hand with ``model._original_forward`` recorded (Accelerate's way).
+
+    The wrappers (``functools.wraps`` chains, ``__wrapped__``) are peeled until the recorded
+    forward; the class's own forward is restored by dropping the instance attribute.
+    """
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    forward = model.__dict__.get("forward", original)
+    while hasattr(forward, "__wrapped__") and forward != original:
+        forward = forward.__wrapped__
+    if getattr(forward, "__self__", None) is model and getattr(
+        forward, "__func__", None
+    ) is getattr(type(model), "forward", None):
+        model.__dict__.pop("forward", None)
+    else:
+        model.forward = forward  # type: ignore[method-assign]
 
 
 def wait_for_everyone() -> None:
