@@ -200,8 +200,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         resumes[f"zero{stage}_resumed"] = (flags, ["--save-at", "3", "--resume", checkpoint])
     # Accelerate's five config templates, unchanged, one after the other in one job.
     resumes["templates"] = ([], ["--templates", str(TEMPLATES)])
-    # The first run on a machine builds DeepSpeed's C++ CPU ops (minutes); later runs load them.
-    reports = run_waves(SCRIPT, root, [runs, resumes])
+    # The first run on a machine builds DeepSpeed's C++ CPU ops (minutes each; the templates job
+    # builds two more: FusedAdam and CPU Adam); later runs load them.
+    reports = run_waves(SCRIPT, root, [runs, resumes], timeouts={"templates": 1800})
     reports["_root"] = {"path": str(root)}
     return reports
 

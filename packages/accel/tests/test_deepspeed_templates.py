@@ -239,3 +239,34 @@ def test_a_torch_optimizer_behind_the_dummy_scheduler_gives_warmup_max_lr() -> N
         model=model,
     )
     assert config["scheduler"]["params"]["warmup_max_lr"] == 0.25
+
+
+def test_accelerates_literal_fp16_true_and_accumulation_one_need_agreeing_settings() -> None:
+    """Accelerate's own files write ``fp16.enabled: true`` and ``gradient_accumulation_steps: 1``.
+
+    Under fp16 with one accumulation step they resolve as the "auto" copies do; otherwise accel
+    names both values (Accelerate keeps the file's silently: README, deliberate differences).
+    """
+    literal = json.loads((TEMPLATES / "zero_stage2_config.json").read_text())
+    literal["fp16"]["enabled"] = True
+    literal["gradient_accumulation_steps"] = 1
+    del literal["bf16"]
+    model = HiddenSizeModel(hidden_size=HIDDEN)
+    optimizer = DummyOptim(model.parameters(), lr=LR)
+    scheduler = DummyScheduler(optimizer, total_num_steps=TOTAL)
+    config = resolve_config(
+        DeepSpeedPlugin(hf_ds_config=literal),
+        KnownValues(4, 1, "fp16", 2),
+        optimizer,
+        scheduler,
+        model=model,
+    )
+    assert config["fp16"]["enabled"] is True and config["train_batch_size"] == 8
+    with pytest.raises(AcceleratorConfigError, match=r"fp16\.enabled=True.*mixed_precision='no'"):
+        resolve_config(
+            DeepSpeedPlugin(hf_ds_config=literal),
+            KnownValues(4, 1, "no", 2),
+            optimizer,
+            scheduler,
+            model=model,
+        )
