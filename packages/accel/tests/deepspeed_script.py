@@ -5,6 +5,8 @@ clipping 1.0, for ``--steps`` optimizer steps; writes per-step mean losses and f
 job as JSON to ``--out`` (rank 0). ``--save-at K`` saves the training state after step K
 (and goes on); ``--resume DIR`` loads it and trains the remaining steps. ``--dummy`` takes the
 optimizer from the config file (DummyOptim) and the schedule from DummyScheduler.
+``--templates DIR`` instead trains under each of Accelerate's config templates in ``DIR``
+(see ``deepspeed_templates_job.py``).
 """
 
 import argparse
@@ -35,7 +37,13 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--save-model", default=None)
     parser.add_argument("--dummy", action="store_true")
+    parser.add_argument("--templates", default=None)
     args = parser.parse_args()
+    if args.templates:  # Accelerate's config templates, one after the other
+        from deepspeed_templates_job import run_templates
+
+        run_templates(args.templates, args.out)
+        return
 
     accelerator = Accelerator(gradient_accumulation_steps=ACCUMULATION)
     torch.manual_seed(0)

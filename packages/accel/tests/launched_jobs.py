@@ -72,13 +72,16 @@ def run_waves(
     waves: list[Jobs],
     report_flag: str = "--out",
     processes: Mapping[str, int] | None = None,
+    timeouts: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run each wave's jobs side by side (they mostly wait on imports and rendezvous).
 
-    Job ``name`` writes its report to ``root/<name>.json`` (passed as ``report_flag PATH``) and
-    runs on ``processes[name]`` processes (default 2).
+    Job ``name`` writes its report to ``root/<name>.json`` (passed as ``report_flag PATH``),
+    runs on ``processes[name]`` processes (default 2) and is killed after ``timeouts[name]``
+    seconds (default 900).
     """
     counts = processes or {}
+    limits = timeouts or {}
     reports: dict[str, dict[str, Any]] = {}
     for wave in waves:
         started = {
@@ -92,7 +95,7 @@ def run_waves(
         }
         try:
             for name, job in started.items():
-                reports[name] = finish(job, root / f"{name}.json")
+                reports[name] = finish(job, root / f"{name}.json", limits.get(name, 900))
         finally:  # a test stopped while waiting on one job stops the others too
             for job in started.values():
                 if job.poll() is None:

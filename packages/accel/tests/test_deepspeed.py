@@ -2,8 +2,9 @@
 
 The launched jobs (``deepspeed_script.py``) run once per module: DDP, ZeRO-0 with the optimizer
 from a config file (DummyOptim), ZeRO-1 from a config file of ``"auto"`` values, ZeRO-2 and
-ZeRO-3 from launcher flags (both saving their state mid-run), and the two resumed runs. Config
-resolution and error messages are checked in-process without deepspeed.
+ZeRO-3 from launcher flags (both saving their state mid-run), the two resumed runs, and a run of
+each of Accelerate's config templates (``data/deepspeed_templates``). Config resolution and error
+messages are checked in-process without deepspeed (the templates' in ``test_deepspeed_templates``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from accel_state.contract import LaunchContract
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "deepspeed_script.py"
 EXAMPLE_CONFIG = HERE.parents[2] / "examples" / "deepspeed" / "zero_auto.json"
+TEMPLATES = HERE / "data" / "deepspeed_templates"
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 needs_deepspeed = pytest.mark.skipif(
     not HAS_DEEPSPEED, reason="deepspeed is not installed (pip install 'accel[deepspeed]')"
@@ -196,8 +198,11 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         saving = ["--save-at", "3", "--checkpoint", checkpoint]
         runs[f"zero{stage}"] = (flags, [*saving, "--save-model", str(root / f"model{stage}")])
         resumes[f"zero{stage}_resumed"] = (flags, ["--save-at", "3", "--resume", checkpoint])
-    # The first run on a machine builds DeepSpeed's C++ CPU op (minutes); later runs load it.
-    reports = run_waves(SCRIPT, root, [runs, resumes])
+    # Accelerate's five config templates, unchanged, one after the other in one job.
+    resumes["templates"] = ([], ["--templates", str(TEMPLATES)])
+    # The first run on a machine builds DeepSpeed's C++ CPU ops (minutes each; the templates job
+    # builds two more: FusedAdam and CPU Adam); later runs load them.
+    reports = run_waves(SCRIPT, root, [runs, resumes], timeouts={"templates": 1800})
     reports["_root"] = {"path": str(root)}
     return reports
 
@@ -359,3 +364,60 @@ def test_bf16_input_cast_reaches_nested_floats_only() -> None:
     assert cast["x"].dtype == torch.bfloat16 and cast["pair"].features.dtype == torch.bfloat16
     assert isinstance(cast["pair"], Pair) and cast["pair"].ids.dtype == torch.long
     assert cast["list"][0].dtype == torch.bfloat16 and cast["list"][1] == "text"
+
+
+@needs_deepspeed
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "zero_stage1_config",
+        "zero_stage2_config",
+        "zero_stage2_offload_config",
+        "zero_stage3_config",
+        "zero_stage3_offload_config",
+    ],
+)
+def test_each_template_trains_unchanged(jobs: dict[str, dict[str, Any]], name: str) -> None:
+    """Every "auto" of Accelerate's template is filled and a real training runs under it."""
+    report = _report(jobs, "templates")
+    assert report["num_processes"] == 2
+    run = report["templates"][name]
+    assert "error" not in run, f"{name}: {run.get('error')}\n{run.get('traceback')}"
+    config, engine = run["config"], run["engine"]
+    assert "auto" not in json.dumps(config)
+    stage = json.loads((TEMPLATES / f"{name}.json").read_text())["zero_optimization"]["stage"]
+    hidden = 16  # the job's model.config.hidden_size
+    assert engine == {
+        **engine,
+        "stage": stage,
+        "clipping": 1.0,  # "auto" -> Accelerate's 1.0
+        "train_batch": 4 * 2 * 2,  # micro-batch x accumulation x processes
+        "fp16": False,
+        "bf16": False,
+        "scheduler": "WarmupDecayLR",
+        "total_num_steps": 8,  # DummyScheduler(total_num_steps=16) over 2 processes
+        "warmup_num_steps": 2,
+    }
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == hidden * hidden
+    if stage == 3:
+        assert zero["stage3_prefetch_bucket_size"] == int(0.9 * hidden * hidden)
+        assert zero["stage3_param_persistence_threshold"] == 10 * hidden
+    assert config["scheduler"]["params"]["warmup_min_lr"] == 0
+    assert config["optimizer"]["params"]["lr"] == 0.02
+    assert engine["cpu_offload"] == ("offload" in name)
+    # The optimizer the template asks for: torch's AdamW ("torch_adam": true), else DeepSpeed's
+    # C++ CPU Adam (offloaded) or its CPU FusedAdam (both JIT-built ops).
+    assert engine["basic_optimizer"] == {
+        "zero_stage3_config": "FusedAdam",
+        "zero_stage3_offload_config": "DeepSpeedCPUAdam",
+    }.get(name, "AdamW")
+    # WarmupDecayLR decays to 0 over each engine's 8 steps: lr(5) = 0.02 * (8 - 5) / (8 - 2).
+    assert run["lrs"][-1] == pytest.approx(0.01)
+    assert len(run["losses"]) == 6 and all(math.isfinite(loss) for loss in run["losses"])
+    # Every stage and optimizer implementation takes the same steps on the same data.
+    reference = report["templates"]["zero_stage1_config"]["losses"]
+    torch.testing.assert_close(
+        torch.tensor(run["losses"]), torch.tensor(reference), rtol=1e-4, atol=1e-6
+    )

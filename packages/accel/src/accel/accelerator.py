@@ -214,6 +214,8 @@ class Accelerator(
             parallel_mesh=self.state.parallel_mesh,
             **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
         )
+        if hasattr(self.strategy, "split_batches"):  # DeepSpeed: DummyScheduler's step count
+            self.strategy.split_batches = self.dataloader_config.split_batches
         self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
         self.precision: Precision = (
             make_fp8_precision(self._fp8, self.device, self.distributed_type, fsdp2=self.is_fsdp2)

@@ -78,6 +78,9 @@ class DeepSpeedStrategy(ModelStrategy):
     name = "DeepSpeed"
     engine_owns_gradients = True
     owns_mixed_precision = True
+    #: The Accelerator's ``split_batches`` (it sets this): whether ``DummyScheduler``'s
+    #: ``total_num_steps`` is already per process.
+    split_batches = False
 
     def __init__(self, state: PartialState, **settings: Any) -> None:
         super().__init__(state)
@@ -246,10 +249,11 @@ class DeepSpeedStrategy(ModelStrategy):
             gradient_accumulation_steps=GradientState().num_steps,
             mixed_precision=self.mixed_precision,
             world_size=self.state.num_processes,
+            split_batches=self.split_batches,
         )
         dummy_optimizer = optimizer if isinstance(optimizer, DummyOptim) else None
         dummy_scheduler = scheduler if isinstance(scheduler, DummyScheduler) else None
-        config = resolve_config(plugin, known, dummy_optimizer, dummy_scheduler)
+        config = resolve_config(plugin, known, dummy_optimizer, dummy_scheduler, model=model)
         plugin._resolved = config
         kwargs: dict[str, Any] = {"model": model, "config": config}
         if isinstance(optimizer, AcceleratedOptimizer):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import AcceleratorConfigError
@@ -19,6 +20,14 @@ if TYPE_CHECKING:  # the plugin calls into this module; here it is only a type
 
 AUTO = "auto"
 DEFAULT_ZERO_STAGE = 2
+#: What an ``"auto"`` ``gradient_clipping`` becomes (Accelerate's value).
+DEFAULT_GRADIENT_CLIPPING = 1.0
+#: ZeRO keys whose ``"auto"`` is filled from the model's hidden size.
+HIDDEN_SIZE_KEYS = (
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,12 +39,16 @@ class KnownValues:
         gradient_accumulation_steps: The Accelerator's micro-steps per optimizer step.
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``.
         world_size: Number of processes.
+        split_batches: Whether each dataloader batch is split between the processes; when not,
+            ``DummyScheduler.total_num_steps`` (counted over the whole dataset) is divided by
+            ``world_size`` to give each engine's steps.
     """
 
     micro_batch_size: int | None
     gradient_accumulation_steps: int
     mixed_precision: str
     world_size: int
+    split_batches: bool = False
 
 
 def zero_stage_of(plugin: DeepSpeedPlugin) -> int:
@@ -175,8 +188,21 @@ def resolve_config(
     known: KnownValues,
     optimizer: DummyOptim | None = None,
     scheduler: DummyScheduler | None = None,
+    model: Any = None,
 ) -> dict[str, Any]:
     """The complete engine config: file, then plugin fields, then the Accelerator's values.
+
+    Every ``"auto"`` Accelerate fills is filled with Accelerate's value: batch sizes and
+    accumulation from the Accelerator, ``fp16``/``bf16`` from its mixed precision,
+    ``gradient_clipping`` 1.0, the ZeRO bucket sizes from ``model.config.hidden_size``, the
+    optimizer's and scheduler's parameters from ``DummyOptim``/``DummyScheduler``.
+
+    Args:
+        plugin: The plugin whose config file (and fields) to resolve.
+        known: What the Accelerator knows.
+        optimizer: The ``DummyOptim`` passed to ``prepare``, if any.
+        scheduler: The ``DummyScheduler`` passed to ``prepare``, if any.
+        model: The model the engine wraps (its ``config.hidden_size`` sizes the ZeRO buckets).
 
     Raises:
         AcceleratorConfigError: Two sources disagree, a value stays ``"auto"`` with nothing to
@@ -185,6 +211,7 @@ def resolve_config(
     config = copy.deepcopy(plugin.config_file or {})
     for path, value, source in _plugin_values(plugin):
         fill(config, path, value, source)
+    _fill_plugin_defaults(plugin, config)
     steps = known.gradient_accumulation_steps
     fill(
         config,
@@ -221,18 +248,89 @@ def resolve_config(
         )
     if precision == "fp16" and _get(config, "fp16.auto_cast") is None:
         _set(config, "fp16.auto_cast", True)  # float inputs meet half weights, as under autocast
-    if _get(config, "gradient_clipping") == AUTO:
-        del config["gradient_clipping"]
-    _fill_dummies(config, optimizer, scheduler)
+    _fill_hidden_size_keys(config, model)
+    _fill_dummies(config, optimizer, scheduler, known)
     config.setdefault("zero_allow_untested_optimizer", True)
     config.setdefault("steps_per_print", 2**62)
     leftover = _auto_paths(config)
     if leftover:
+        hints = "; ".join(f"{path}: {_hint(path)}" for path in leftover)
         raise AcceleratorConfigError(
             f'The DeepSpeed config still holds "auto" at {", ".join(leftover)} and accel has no '
-            "value for it; write the value in the config file."
+            f"value for it. {hints}."
         )
     return config
+
+
+def _fill_plugin_defaults(plugin: DeepSpeedPlugin, config: dict[str, Any]) -> None:
+    """``"auto"`` left where the plugin has no field value: Accelerate's defaults."""
+    defaults = {
+        "zero_optimization.stage": zero_stage_of(plugin),
+        "gradient_clipping": DEFAULT_GRADIENT_CLIPPING,
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+        "zero_optimization.offload_optimizer.device": "none",
+        "zero_optimization.offload_param.device": "none",
+    }
+    for path, value in defaults.items():
+        if _get(config, path) == AUTO:
+            _set(config, path, value)
+
+
+def model_hidden_size(model: Any) -> int | None:
+    """``model.config.hidden_size``, else the largest of ``model.config.hidden_sizes``, else ``None``."""
+    model_config = getattr(model, "config", None)
+    size = getattr(model_config, "hidden_size", None)
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    sizes = getattr(model_config, "hidden_sizes", None)
+    if isinstance(sizes, (list, tuple)) and sizes:
+        return int(max(sizes))
+    return None
+
+
+def _fill_hidden_size_keys(config: dict[str, Any], model: Any) -> None:
+    """Fill the ZeRO bucket keys' ``"auto"`` from the model's hidden size (Accelerate's rule).
+
+    Raises:
+        AcceleratorConfigError: A key is ``"auto"`` and the model has no hidden size.
+    """
+    keys = [path for path in HIDDEN_SIZE_KEYS if _get(config, path) == AUTO]
+    if not keys:
+        return
+    hidden = model_hidden_size(model)
+    if hidden is None:
+        found = (
+            "has no `config` attribute"
+            if getattr(model, "config", None) is None
+            else "has a `config` with neither `hidden_size` nor `hidden_sizes`"
+        )
+        raise AcceleratorConfigError(
+            f'The DeepSpeed config holds "auto" at {", ".join(keys)}, which is filled from the '
+            f"model's config.hidden_size (or the largest of config.hidden_sizes), but the model "
+            f'({type(model).__name__}) {found}. Replace "auto" for these keys with an integer '
+            "in the config file (or in plugin.deepspeed_config before prepare), or give the model "
+            "a config with hidden_size."
+        )
+    values = {
+        "zero_optimization.reduce_bucket_size": hidden * hidden,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden,
+    }
+    for path in keys:
+        _set(config, path, values[path])
+
+
+def _hint(path: str) -> str:
+    """How to give a value for an ``"auto"`` key accel cannot fill."""
+    if path.startswith("optimizer.params."):
+        key = path.removeprefix("optimizer.params.")
+        return f"pass DummyOptim(params, {key}=...) or write the value in the file"
+    if path == "scheduler.params.total_num_steps":
+        return "pass DummyScheduler(optimizer, total_num_steps=...) or write the value in the file"
+    if path.startswith("scheduler.params."):
+        key = path.removeprefix("scheduler.params.")
+        return f"pass DummyScheduler(optimizer, {key}=...) or write the value in the file"
+    return "write the value in the config file"
 
 
 def init_config(plugin: DeepSpeedPlugin) -> dict[str, Any]:
@@ -253,7 +351,10 @@ def init_config(plugin: DeepSpeedPlugin) -> dict[str, Any]:
 
 
 def _fill_dummies(
-    config: dict[str, Any], optimizer: DummyOptim | None, scheduler: DummyScheduler | None
+    config: dict[str, Any],
+    optimizer: DummyOptim | None,
+    scheduler: DummyScheduler | None,
+    known: KnownValues,
 ) -> None:
     if "optimizer" in config and optimizer is None:
         raise AcceleratorConfigError(
@@ -276,16 +377,47 @@ def _fill_dummies(
             "prepare (or remove the scheduler block)."
         )
     if scheduler is not None and "scheduler" in config:
-        values = {
-            "warmup_num_steps": scheduler.warmup_num_steps,
-            "total_num_steps": scheduler.total_num_steps,
+        for key, value in {
+            **scheduler_values(scheduler, optimizer, known),
             **scheduler.kwargs,
-        }
-        if optimizer is not None:
-            values.setdefault("warmup_max_lr", optimizer.lr)
-        for key, value in values.items():
+        }.items():
             if _get(config, f"scheduler.params.{key}") == AUTO:
                 fill(config, f"scheduler.params.{key}", value, f"DummyScheduler({key}=...)")
+
+
+def scheduler_values(
+    scheduler: DummyScheduler, optimizer: DummyOptim | None, known: KnownValues
+) -> dict[str, Any]:
+    """What a ``DummyScheduler`` gives the config's ``"auto"`` scheduler parameters.
+
+    ``warmup_min_lr`` 0; ``warmup_max_lr`` the followed optimizer's learning rate;
+    ``warmup_num_steps`` at least 1 (DeepSpeed 0.19.6 and later reject 0);
+    ``total_num_steps`` divided between the processes (rounded up) unless batches are split,
+    since it counts the optimizer steps over the whole, unsharded dataset.
+    """
+    values: dict[str, Any] = {
+        "warmup_min_lr": 0,
+        "warmup_num_steps": max(1, int(scheduler.warmup_num_steps)),
+    }
+    max_lr = _learning_rate(scheduler.optimizer)
+    if max_lr is None and optimizer is not None:
+        max_lr = optimizer.lr
+    if max_lr is not None:
+        values["warmup_max_lr"] = max_lr
+    total = scheduler.total_num_steps
+    if total is not None:
+        values["total_num_steps"] = (
+            int(total) if known.split_batches else math.ceil(int(total) / known.world_size)
+        )
+    return values
+
+
+def _learning_rate(optimizer: Any) -> Any:
+    """The learning rate of a ``DummyOptim`` (``lr``) or a torch optimizer (``defaults["lr"]``)."""
+    defaults = getattr(optimizer, "defaults", None)
+    if isinstance(defaults, dict) and "lr" in defaults:
+        return defaults["lr"]
+    return getattr(optimizer, "lr", None)
 
 
 def _auto_paths(node: Any, prefix: str = "") -> list[str]:

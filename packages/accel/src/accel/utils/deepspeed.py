@@ -258,8 +258,12 @@ class DummyScheduler:
 
     Args:
         optimizer: The (dummy) optimizer it follows.
-        total_num_steps: Fills ``"auto"`` in ``scheduler.params.total_num_steps``.
-        warmup_num_steps: Fills ``"auto"`` in ``scheduler.params.warmup_num_steps``.
+        total_num_steps: Optimizer steps over the whole dataset; fills ``"auto"`` in
+            ``scheduler.params.total_num_steps`` divided by the number of processes (rounded
+            up), or as given with ``split_batches=True``.
+        warmup_num_steps: Fills ``"auto"`` in ``scheduler.params.warmup_num_steps`` (at least 1,
+            which DeepSpeed requires). ``warmup_min_lr`` gets 0 and ``warmup_max_lr`` the
+            optimizer's learning rate.
         lr_scheduler_callable: Builds a scheduler from the engine's optimizer when the config
             defines none.
         **kwargs: Further values for ``"auto"`` entries of ``scheduler.params``.
