@@ -1,12 +1,15 @@
 """The ``accel launch`` command line: Accelerate's flag names and meanings, nothing imported but argparse.
 
-Every flag defaults to ``None`` (or is absent) so that :mod:`accel_launch.plan` can tell a flag the
-user typed from a value the config file provides: flags win, then the file, then defaults.
+Every flag that takes a value defaults to ``None`` so that :mod:`accel_launch.plan` can tell a flag
+the user typed from a value the config file provides: flags win, then the file, then defaults. A
+switch (``--cpu``, ``--multi_gpu``, ``--debug``...) defaults to ``False``, as in Accelerate; since a
+switch can only be typed to turn it on, ``False`` means "not typed" (:func:`switch_names`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from accel_launch.config.fields import BOOL_SPELLINGS, parse_bool
@@ -55,8 +58,26 @@ def _lower(text: str) -> str:
 
 
 def _add(group: Any, *names: str, **kwargs: Any) -> None:
-    kwargs.setdefault("default", None)
+    kwargs.setdefault("default", False if kwargs.get("action") == "store_true" else None)
     group.add_argument(*names, **kwargs)
+
+
+@functools.cache
+def switch_names() -> frozenset[str]:
+    """The destinations of ``accel launch``'s on/off switches (``False`` there means not typed)."""
+    return frozenset(
+        action.dest
+        for action in build_launch_parser()._actions
+        if isinstance(action, argparse._StoreTrueAction)
+    )
+
+
+def typed_value(args: argparse.Namespace, name: str) -> Any:
+    """``args.name`` when the user gave it, else ``None`` (an unset switch counts as not given)."""
+    value = getattr(args, name, None)
+    if value is False and name in switch_names():
+        return None
+    return value
 
 
 def _bool_flag(group: Any, name: str, help_text: str) -> None:

@@ -28,6 +28,10 @@ _MULTI_PROCESS = tuple(
 def _plan_env(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     from accel_launch.commands.launch import prepare_launch
 
+    if not hasattr(args, "config_file"):
+        # A namespace built by hand (not by the launch parser): no config file, as Accelerate's
+        # helpers, which read only the namespace.
+        args.config_file = None
     plan = prepare_launch(args)
     env = dict(os.environ)
     env.update(plan.env)
@@ -227,3 +231,71 @@ class PrepareForLaunch:
             os.environ["RANK"] = str(nproc * node_rank + index)
         os.environ["FORK_LAUNCHED"] = "1"
         self.launcher(*args)
+
+
+#: Switches that choose the distributed mode, and the config ``distributed_type`` each stands for.
+_MODE_SWITCHES = {
+    "multi_gpu": (DistributedType.MULTI_GPU, DistributedType.MULTI_XPU),
+    "use_deepspeed": (DistributedType.DEEPSPEED,),
+    "use_fsdp": (DistributedType.FSDP,),
+    "tpu": (DistributedType.XLA,),
+}
+
+
+def resolve_launch_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, bool]:
+    """Fill every flag of ``args`` the user did not type from the config file, as ``accel launch`` does.
+
+    Accelerate's ``_validate_launch_command``: the config file (``args.config_file``, else the
+    default one when it exists) provides each value a flag does not; ``debug`` falls back to
+    ``False``, ``mixed_precision`` to ``"no"``, ``num_machines`` to 1 and ``gpu_ids`` to
+    ``"all"``. ``args`` is changed in place.
+
+    Returns:
+        ``(args, file_config, mixed_precision_from_config)``: the filled namespace, the loaded
+        :class:`~accel_launch.config.schema.AccelConfig` (``None`` without a config file), and
+        whether ``mixed_precision`` came from the file.
+
+    Raises:
+        LaunchArgumentError: Two mode switches were typed together (``--multi_gpu --use_fsdp``).
+        ConfigError: The config file or a value is invalid.
+    """
+    import dataclasses
+
+    from accel_launch.config.files import load_config
+    from accel_launch.config.schema import AccelConfig
+    from accel_launch.launch_args import typed_value
+    from accel_launch.overlay import flags_to_config
+
+    flags = flags_to_config(args)
+    loaded, location = load_config(getattr(args, "config_file", None))
+    file_config = loaded if location.path is not None else None
+    merged = (file_config or AccelConfig()).merged_with(flags)
+    mp_from_config = flags.mixed_precision is None and merged.mixed_precision is not None
+
+    def fill(name: str, value: Any) -> None:
+        if value is not None and typed_value(args, name) is None and hasattr(args, name):
+            setattr(args, name, value)
+
+    for field in dataclasses.fields(merged):
+        value = getattr(merged, field.name)
+        if dataclasses.is_dataclass(value):
+            for inner in dataclasses.fields(value):
+                fill(inner.name, getattr(value, inner.name))
+        else:
+            fill(field.name, value)
+    if merged.use_cpu:
+        args.cpu = True
+    if not any(typed_value(args, name) for name in _MODE_SWITCHES) and merged.distributed_type:
+        kind = DistributedType(merged.distributed_type)
+        for name, kinds in _MODE_SWITCHES.items():
+            setattr(args, name, kind in kinds)
+    defaults = {
+        "debug": False,
+        "mixed_precision": "no",
+        "num_machines": 1,
+        "gpu_ids": "all",
+    }
+    for name, value in defaults.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return args, file_config, mp_from_config

@@ -17,6 +17,7 @@ from accel_launch.config.schema import (
     flag_key,
 )
 from accel_launch.errors import LaunchArgumentError
+from accel_launch.launch_args import typed_value
 from accel_state.types import DistributedType
 
 #: Flags that select the distributed type, in the order they are checked for conflicts.
@@ -30,7 +31,7 @@ _TYPE_FLAGS = (
 
 def _section_values(args: argparse.Namespace, section: type[Any]) -> dict[str, Any]:
     names = [field.name for field in dataclasses.fields(section)]
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    return {name: typed_value(args, name) for name in names if typed_value(args, name) is not None}
 
 
 def flags_to_config(args: argparse.Namespace) -> AccelConfig:
@@ -45,7 +46,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         names = " and ".join(f"--{flag}" for flag, _ in chosen)
         raise LaunchArgumentError(f"{names} cannot be combined; pick one distributed mode.")
     top = {
-        name: getattr(args, name)
+        name: typed_value(args, name)
         for name in (
             "mixed_precision",
             "num_processes",
@@ -67,7 +68,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
             "collective_timeout",
             "enable_cpu_affinity",
         )
-        if getattr(args, name, None) is not None
+        if typed_value(args, name) is not None
     }
     if getattr(args, "cpu", None):
         top["use_cpu"] = True

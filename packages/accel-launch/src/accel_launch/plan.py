@@ -263,6 +263,18 @@ def _thread_env(
     return {"OMP_NUM_THREADS": "1"} if per_node > 1 else {}
 
 
+def _intel_openmp_env(use_cpu: bool, environ: Mapping[str, str]) -> dict[str, str]:
+    """``--cpu`` launches: Intel OpenMP's thread pinning (``KMP_AFFINITY``) and 1 ms spin wait.
+
+    The values Accelerate sets for a CPU launch; only Intel's and LLVM's OpenMP runtimes read them
+    (GNU libgomp ignores them). A value already in the launching environment is kept.
+    """
+    if not use_cpu:
+        return {}
+    wanted = {"KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"}
+    return {key: value for key, value in wanted.items() if key not in environ}
+
+
 def _xla_bf16_env(config: AccelConfig, kind: DistributedType | None, typed: bool) -> dict[str, str]:
     """``--downcast_bf16``: torch_xla's ``XLA_DOWNCAST_BF16`` in the workers of a bf16 XLA job.
 
@@ -518,6 +530,7 @@ def build_plan(
     contract = _contract(config, kind, use_cpu)
     worker_env = contract.to_env()
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
+    worker_env.update(_intel_openmp_env(use_cpu, env))
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
     worker_env.update(_feature_env(config, kind))
