@@ -17,6 +17,7 @@ from accel_launch.config import AccelConfig, DeepSpeedConfig, DynamoConfig, Fsdp
 from accel_launch.errors import (
     AccelLaunchError,
     ConfigError,
+    ConfigFileNotFoundError,
     JobFailedError,
     LaunchArgumentError,
     MissingDependencyError,
@@ -28,6 +29,7 @@ __all__ = [
     "AccelConfig",
     "AccelLaunchError",
     "ConfigError",
+    "ConfigFileNotFoundError",
     "DeepSpeedConfig",
     "DynamoConfig",
     "FsdpConfig",

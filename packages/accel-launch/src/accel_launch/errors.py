@@ -66,6 +66,10 @@ class ConfigError(AccelLaunchError, ValueError):
         )
 
 
+class ConfigFileNotFoundError(ConfigError, FileNotFoundError):
+    """The config file named (``--config_file``) does not exist; a ``FileNotFoundError`` too."""
+
+
 class LaunchArgumentError(AccelLaunchError, ValueError):
     """The launch flags contradict each other or cannot be satisfied on this machine."""
 

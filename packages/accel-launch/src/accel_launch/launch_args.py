@@ -36,7 +36,43 @@ from accel_launch.spellings import add_hyphenated_spellings
 DESCRIPTION = (
     "Run a Python script (or module, or program) on one or many processes and machines. Any torch "
     "script works: workers get torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...) plus accel's "
-    "settings. Flags override the config file (see `accel config`)."
+    "settings. Flags override the config file (see `accel config`). Every multi-word flag may be "
+    "spelled with hyphens too (--num-processes for --num_processes)."
+)
+
+
+#: Accelerate's ``--megatron_lm_*`` launch flags: accepted by the parser, refused at launch.
+MEGATRON_LM_FLAGS = tuple(
+    f"megatron_lm_{name}"
+    for name in (
+        "tp_degree",
+        "use_custom_fsdp",
+        "no_load_optim",
+        "eod_mask_loss",
+        "overlap_cpu_optimizer_d2h_h2d",
+        "no_save_optim",
+        "optimizer_cpu_offload",
+        "use_precision_aware_optimizer",
+        "decoder_last_pipeline_num_layers",
+        "pp_degree",
+        "num_micro_batches",
+        "sequence_parallelism",
+        "recompute_activations",
+        "use_distributed_optimizer",
+        "gradient_clipping",
+        "recompute_granularity",
+        "recompute_method",
+        "recompute_num_layers",
+        "attention_backend",
+        "expert_model_parallel_size",
+        "context_parallel_size",
+        "attention_dropout",
+        "hidden_dropout",
+        "attention_softmax_in_fp32",
+        "expert_tensor_parallel_size",
+        "calculate_per_token_loss",
+        "use_rotary_position_embeddings",
+    )
 )
 
 
@@ -427,6 +463,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "AO: under FSDP2, all-gather fp8 weights in float8 (default true).",
     )
     _bool_flag(fp8, "--fp8_pad_inner_dim", "AO: pad matmul dimensions to 16 (default true).")
+
+    # Accelerate's Megatron-LM flags parse (so a command line written for Accelerate gets a clear
+    # refusal instead of "unrecognized arguments") and are refused by flags_to_config; hidden.
+    megatron = parser.add_argument_group("Megatron-LM (not supported by accel)")
+    _add(megatron, "--use_megatron_lm", action="store_true", help=argparse.SUPPRESS)
+    for name in MEGATRON_LM_FLAGS:
+        _add(megatron, f"--{name}", metavar="VALUE", help=argparse.SUPPRESS)
 
     other = parser.add_argument_group("Other")
     _add(

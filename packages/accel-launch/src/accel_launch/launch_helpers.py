@@ -28,14 +28,27 @@ _MULTI_PROCESS = tuple(
 def _plan_env(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     from accel_launch.commands.launch import prepare_launch
 
-    if not hasattr(args, "config_file"):
-        # A namespace built by hand (not by the launch parser): no config file, as Accelerate's
-        # helpers, which read only the namespace.
-        args.config_file = None
+    _fill_missing_flags(args)
     plan = prepare_launch(args)
     env = dict(os.environ)
     env.update(plan.env)
     return plan, env
+
+
+def _fill_missing_flags(args: argparse.Namespace) -> None:
+    """Give a namespace built by hand (not by the launch parser) every flag it lacks, unset.
+
+    Accelerate's helpers read only the namespace, so callers build one with just the fields
+    they care about; a missing ``config_file`` means no config file, a missing
+    ``training_script`` that only the environment is wanted.
+    """
+    from accel_launch.launch_args import build_launch_parser
+
+    for action in build_launch_parser()._actions:
+        if action.dest != argparse.SUPPRESS and not hasattr(args, action.dest):
+            setattr(
+                args, action.dest, None if action.dest == "training_script_args" else action.default
+            )
 
 
 def _free_port(host: str) -> int:
@@ -73,7 +86,15 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     :class:`PrepareForLaunch`). Add ``RANK``/``LOCAL_RANK`` per process (or let
     :class:`PrepareForLaunch` do it) and each process joins the job.
     """
-    plan, env = _plan_env(args)
+    port_asked = getattr(args, "main_process_port", None)
+    if port_asked == 0:
+        # Accelerate's helper reads port 0 as "pick a free port" (`accel launch` refuses 0).
+        args.main_process_port = None
+    try:
+        plan, env = _plan_env(args)
+    finally:
+        if port_asked == 0:
+            args.main_process_port = 0
     host, _, port_text = plan.rdzv_endpoint.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     port = int(port_text or 0) or _free_port(host)
@@ -299,3 +320,59 @@ def resolve_launch_args(args: argparse.Namespace) -> tuple[argparse.Namespace, A
         if getattr(args, name, None) is None:
             setattr(args, name, value)
     return args, file_config, mp_from_config
+
+
+def _hyperparameter_value(text: str) -> bool | int | float | str:
+    """``"True"``/``"False"`` -> bool, ``"3"`` -> 3, ``"5e-5"`` -> 5e-05, other text unchanged."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return (
+        int(number)
+        if number.is_integer() and "." not in text and "e" not in text.lower()
+        else number
+    )
+
+
+def script_args_to_hyperparameters(script_args: list[str]) -> dict[str, bool | int | float | str]:
+    """A script's ``--key value`` arguments as a typed dict (Accelerate's SageMaker hyperparameters).
+
+    ``--key value`` and ``--key=value`` pairs become ``{"key": value}``, with ``True``/``False``
+    as booleans and numbers as ``int`` or ``float``; hyphens in keys become underscores.
+
+    Raises:
+        ValueError: A flag has no value (an on/off switch such as ``--do_train``): SageMaker passes
+            hyperparameters as key/value pairs, so give it an explicit value (``--do_train True``).
+    """
+    result: dict[str, bool | int | float | str] = {}
+    index = 0
+    while index < len(script_args):
+        item = script_args[index]
+        if not item.startswith("-"):
+            index += 1
+            continue
+        key, has_value, value = item.lstrip("-").partition("=")
+        if not has_value:
+            following = script_args[index + 1] if index + 1 < len(script_args) else None
+            if following is None or (following.startswith("-") and not _is_number(following)):
+                raise ValueError(
+                    f"script argument {item!r} has no value: SageMaker doesn't support argparse "
+                    "actions for `store_true` or `store_false` (switches without a value). "
+                    f"Please define explicit types, e.g. `{item} True`."
+                )
+            value = following
+            index += 1
+        result[key.replace("-", "_")] = _hyperparameter_value(value)
+        index += 1
+    return result
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -133,6 +133,10 @@ def _distributed_type(config: AccelConfig) -> DistributedType | None:
 
 
 def _check_target(args: argparse.Namespace) -> None:
+    if args.training_script is None:
+        # A namespace built for a launch helper that only wants the environment
+        # (prepare_multi_gpu_env): there is no script to check.
+        return
     if args.module and args.no_python:
         raise LaunchArgumentError("--module (-m) and --no_python cannot be combined.")
     if not args.module and not args.no_python and not Path(args.training_script).is_file():
@@ -450,9 +454,10 @@ def build_plan(
         LaunchArgumentError: The combination cannot be launched (the message says how to fix it).
     """
     env = os.environ if environ is None else environ
+    flags = flags_to_config(args)
     _check_target(args)
     have_file = file_config is not None
-    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags_to_config(args)))
+    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags))
     if config.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER.value:
         raise LaunchArgumentError(
             "compute_environment AMAZON_SAGEMAKER is not supported by accel; use LOCAL_MACHINE."
@@ -541,7 +546,7 @@ def build_plan(
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     return LaunchPlan(
         mode=mode,
-        target=args.training_script,
+        target=args.training_script or "",
         target_args=tuple(args.training_script_args or ()),
         module=bool(args.module),
         no_python=bool(args.no_python),

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accel_launch.errors import ConfigError, LaunchArgumentError
+from accel_launch.errors import ConfigError, ConfigFileNotFoundError, LaunchArgumentError
 from accel_launch.spellings import add_hyphenated_spellings
 
 #: FSDP1 sharding strategy -> FSDP2's ``reshard_after_forward``.
@@ -97,7 +97,12 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
 
     source = Path(args.config_file)
     if not source.is_file():
-        raise LaunchArgumentError(f"--config_file {args.config_file!r} does not exist.")
+        raise ConfigFileNotFoundError(
+            "config file does not exist",
+            key="--config_file",
+            value=args.config_file,
+            fix="Pass the path of the FSDP1 config to convert",
+        )
     target = Path(args.output_file) if args.output_file else None
     if target is None and not args.overwrite:
         raise LaunchArgumentError(
