@@ -240,8 +240,8 @@ SUBMODULE_REASONS: list[tuple[str, str]] = [
         r"|test_ds_alst_ulysses_sp|test_ds_multiple_model|test_peak_memory_usage|test_performance"
         r"|test_pippy|test_zero3_integration))",
         "Accelerate's own test programs; `nox -s peer` runs them unchanged against accel after "
-        "the rename (accel has its own test_script, test_ops, test_sync, test_cli and "
-        "external_deps.test_metrics at these paths)",
+        "the rename (accel's own test_script, test_ops, test_sync, test_cli and "
+        "external_deps.test_metrics stand at their paths)",
     ),
 ]
 
@@ -451,8 +451,13 @@ def render_submodules(submodules: list[Submodule]) -> list[str]:
         if sub.status == "listed":
             listed.setdefault(sub.note, []).append(sub.path)
     for reason, paths in listed.items():
-        below = f" and the {len(paths) - 1} below it" if len(paths) > 1 else ""
-        lines.append(f"| `{min(paths, key=len)}`{below} | listed | {reason} |")
+        top = min(paths, key=len)
+        if all(path == top or path.startswith(f"{top}.") for path in paths):
+            below = f" and the {len(paths) - 1} below it" if len(paths) > 1 else ""
+            lines.append(f"| `{top}`{below} | listed | {reason} |")
+        else:
+            named = ", ".join(f"`{path}`" for path in sorted(paths))
+            lines.append(f"| {named} | listed | {reason} |")
     lines += [
         f"| `{s.path}` | {s.status} | {s.note} |"
         for s in submodules

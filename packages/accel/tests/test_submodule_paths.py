@@ -86,8 +86,12 @@ def test_compare_against_test_reads_accelerates_template_path(tmp_path, monkeypa
 
 def test_submodule_paths_are_classified(tmp_path, monkeypatch, coverage_script):
     script = coverage_script
-    listed = script.classify_submodule("accelerate.test_utils.scripts.test_sync", "accel.x")
+    listed = script.classify_submodule("accelerate.test_utils.scripts.test_notebook", "accel.x")
     assert listed.status == "listed" and "nox -s peer" in listed.note
+    own = "accel.test_utils.scripts.test_sync"
+    assert script.classify_submodule("accelerate.test_utils.scripts.test_sync", own).status == (
+        "imports"
+    )
     assert script.classify_submodule("accelerate.commands.tpu", "accel.commands.tpu").status == (
         "imports"
     )
@@ -127,3 +131,18 @@ def test_check_fails_on_a_submodule_path_without_a_twin_or_reason(capsys, covera
     assert script.main(["--check"], lambda: ("9.9", names), lambda: failing) == 1
     assert "accelerate.commands.new (ImportError: x)" in capsys.readouterr().err
     assert script.main([], lambda: ("9.9", names), lambda: failing) == 0  # printing only
+
+
+def test_listed_paths_that_do_not_nest_are_named_one_by_one(coverage_script):
+    script = coverage_script
+    paths = [
+        script.Submodule("accelerate.test_utils.scripts.test_notebook", "listed", "theirs"),
+        script.Submodule(
+            "accelerate.test_utils.scripts.external_deps.test_pippy", "listed", "theirs"
+        ),
+    ]
+    lines = script.render_submodules(paths)
+    assert (
+        "| `accelerate.test_utils.scripts.external_deps.test_pippy`, "
+        "`accelerate.test_utils.scripts.test_notebook` | listed | theirs |"
+    ) in lines
