@@ -111,3 +111,19 @@ def test_env_command_returns_accelerates_keys(capsys):
         info = env_command(args)
     assert info["`accelerate` bash location"] == "Not found"
     assert "PyTorch version" in info and isinstance(args, argparse.Namespace)
+
+
+def test_to_fsdp2_command_logs_an_fsdp2_config_and_refuses_to_clobber(tmp_path, caplog):
+    from accel.commands.to_fsdp2 import to_fsdp2_command, to_fsdp2_command_parser
+
+    source = tmp_path / "in.yaml"
+    source.write_text("fsdp_config:\n  fsdp_version: 2\n")
+    out = tmp_path / "out.yaml"
+    parser = to_fsdp2_command_parser()
+    args = parser.parse_args(["--config_file", str(source), "--output_file", str(out)])
+    with caplog.at_level("WARNING"):
+        to_fsdp2_command(args)
+    assert "Config already specifies FSDP2, skipping conversion..." in caplog.text
+    assert out.is_file()
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        to_fsdp2_command(args)

@@ -22,6 +22,7 @@ from accel_launch.errors import (
     LaunchArgumentError,
     MissingDependencyError,
     NotebookLaunchError,
+    OutputFileExistsError,
 )
 from accel_launch.notebook import debug_launcher, notebook_launcher
 
@@ -37,6 +38,7 @@ __all__ = [
     "LaunchArgumentError",
     "MissingDependencyError",
     "NotebookLaunchError",
+    "OutputFileExistsError",
     "__version__",
     "debug_launcher",
     "load_config",

@@ -74,6 +74,10 @@ class LaunchArgumentError(AccelLaunchError, ValueError):
     """The launch flags contradict each other or cannot be satisfied on this machine."""
 
 
+class OutputFileExistsError(LaunchArgumentError, FileExistsError):
+    """The output file exists and overwriting was not asked for; a ``FileExistsError`` too."""
+
+
 class MissingDependencyError(AccelLaunchError, ImportError):
     """An optional library needed by the requested code path is not installed."""
 
