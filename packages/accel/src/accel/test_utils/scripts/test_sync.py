@@ -69,7 +69,7 @@ def check_no_sync() -> None:
     accelerator = Accelerator()
     state = PartialState()
     set_seed(0)
-    reference = RegressionModel(a=1.0, b=-1.0)
+    reference = RegressionModel(a=1.0, b=-1.0).to(accelerator.device)
     model = accelerator.prepare(copy.deepcopy(reference))
     x, y = _local_batch(state.process_index)
 
