@@ -86,8 +86,12 @@ def test_compare_against_test_reads_accelerates_template_path(tmp_path, monkeypa
 
 def test_submodule_paths_are_classified(tmp_path, monkeypatch, coverage_script):
     script = coverage_script
-    listed = script.classify_submodule("accelerate.test_utils.scripts.test_sync", "accel.x")
+    listed = script.classify_submodule("accelerate.test_utils.scripts.test_notebook", "accel.x")
     assert listed.status == "listed" and "nox -s peer" in listed.note
+    own = "accel.test_utils.scripts.test_sync"
+    assert script.classify_submodule("accelerate.test_utils.scripts.test_sync", own).status == (
+        "imports"
+    )
     assert script.classify_submodule("accelerate.commands.tpu", "accel.commands.tpu").status == (
         "imports"
     )

@@ -17,10 +17,12 @@ from accel_launch.config import AccelConfig, DeepSpeedConfig, DynamoConfig, Fsdp
 from accel_launch.errors import (
     AccelLaunchError,
     ConfigError,
+    ConfigFileNotFoundError,
     JobFailedError,
     LaunchArgumentError,
     MissingDependencyError,
     NotebookLaunchError,
+    OutputFileExistsError,
 )
 from accel_launch.notebook import debug_launcher, notebook_launcher
 
@@ -28,6 +30,7 @@ __all__ = [
     "AccelConfig",
     "AccelLaunchError",
     "ConfigError",
+    "ConfigFileNotFoundError",
     "DeepSpeedConfig",
     "DynamoConfig",
     "FsdpConfig",
@@ -35,6 +38,7 @@ __all__ = [
     "LaunchArgumentError",
     "MissingDependencyError",
     "NotebookLaunchError",
+    "OutputFileExistsError",
     "__version__",
     "debug_launcher",
     "load_config",

@@ -66,8 +66,16 @@ class ConfigError(AccelLaunchError, ValueError):
         )
 
 
+class ConfigFileNotFoundError(ConfigError, FileNotFoundError):
+    """The config file named (``--config_file``) does not exist; a ``FileNotFoundError`` too."""
+
+
 class LaunchArgumentError(AccelLaunchError, ValueError):
     """The launch flags contradict each other or cannot be satisfied on this machine."""
+
+
+class OutputFileExistsError(LaunchArgumentError, FileExistsError):
+    """The output file exists and overwriting was not asked for; a ``FileExistsError`` too."""
 
 
 class MissingDependencyError(AccelLaunchError, ImportError):

@@ -1,12 +1,15 @@
 """The ``accel launch`` command line: Accelerate's flag names and meanings, nothing imported but argparse.
 
-Every flag defaults to ``None`` (or is absent) so that :mod:`accel_launch.plan` can tell a flag the
-user typed from a value the config file provides: flags win, then the file, then defaults.
+Every flag that takes a value defaults to ``None`` so that :mod:`accel_launch.plan` can tell a flag
+the user typed from a value the config file provides: flags win, then the file, then defaults. A
+switch (``--cpu``, ``--multi_gpu``, ``--debug``...) defaults to ``False``, as in Accelerate; since a
+switch can only be typed to turn it on, ``False`` means "not typed" (:func:`switch_names`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from accel_launch.config.fields import BOOL_SPELLINGS, parse_bool
@@ -33,7 +36,43 @@ from accel_launch.spellings import add_hyphenated_spellings
 DESCRIPTION = (
     "Run a Python script (or module, or program) on one or many processes and machines. Any torch "
     "script works: workers get torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR...) plus accel's "
-    "settings. Flags override the config file (see `accel config`)."
+    "settings. Flags override the config file (see `accel config`). Every multi-word flag may be "
+    "spelled with hyphens too (--num-processes for --num_processes)."
+)
+
+
+#: Accelerate's ``--megatron_lm_*`` launch flags: accepted by the parser, refused at launch.
+MEGATRON_LM_FLAGS = tuple(
+    f"megatron_lm_{name}"
+    for name in (
+        "tp_degree",
+        "use_custom_fsdp",
+        "no_load_optim",
+        "eod_mask_loss",
+        "overlap_cpu_optimizer_d2h_h2d",
+        "no_save_optim",
+        "optimizer_cpu_offload",
+        "use_precision_aware_optimizer",
+        "decoder_last_pipeline_num_layers",
+        "pp_degree",
+        "num_micro_batches",
+        "sequence_parallelism",
+        "recompute_activations",
+        "use_distributed_optimizer",
+        "gradient_clipping",
+        "recompute_granularity",
+        "recompute_method",
+        "recompute_num_layers",
+        "attention_backend",
+        "expert_model_parallel_size",
+        "context_parallel_size",
+        "attention_dropout",
+        "hidden_dropout",
+        "attention_softmax_in_fp32",
+        "expert_tensor_parallel_size",
+        "calculate_per_token_loss",
+        "use_rotary_position_embeddings",
+    )
 )
 
 
@@ -55,8 +94,26 @@ def _lower(text: str) -> str:
 
 
 def _add(group: Any, *names: str, **kwargs: Any) -> None:
-    kwargs.setdefault("default", None)
+    kwargs.setdefault("default", False if kwargs.get("action") == "store_true" else None)
     group.add_argument(*names, **kwargs)
+
+
+@functools.cache
+def switch_names() -> frozenset[str]:
+    """The destinations of ``accel launch``'s on/off switches (``False`` there means not typed)."""
+    return frozenset(
+        action.dest
+        for action in build_launch_parser()._actions
+        if isinstance(action, argparse._StoreTrueAction)
+    )
+
+
+def typed_value(args: argparse.Namespace, name: str) -> Any:
+    """``args.name`` when the user gave it, else ``None`` (an unset switch counts as not given)."""
+    value = getattr(args, name, None)
+    if value is False and name in switch_names():
+        return None
+    return value
 
 
 def _bool_flag(group: Any, name: str, help_text: str) -> None:
@@ -406,6 +463,13 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "AO: under FSDP2, all-gather fp8 weights in float8 (default true).",
     )
     _bool_flag(fp8, "--fp8_pad_inner_dim", "AO: pad matmul dimensions to 16 (default true).")
+
+    # Accelerate's Megatron-LM flags parse (so a command line written for Accelerate gets a clear
+    # refusal instead of "unrecognized arguments") and are refused by flags_to_config; hidden.
+    megatron = parser.add_argument_group("Megatron-LM (not supported by accel)")
+    _add(megatron, "--use_megatron_lm", action="store_true", help=argparse.SUPPRESS)
+    for name in MEGATRON_LM_FLAGS:
+        _add(megatron, f"--{name}", metavar="VALUE", help=argparse.SUPPRESS)
 
     other = parser.add_argument_group("Other")
     _add(

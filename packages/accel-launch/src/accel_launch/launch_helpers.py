@@ -28,10 +28,27 @@ _MULTI_PROCESS = tuple(
 def _plan_env(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     from accel_launch.commands.launch import prepare_launch
 
+    _fill_missing_flags(args)
     plan = prepare_launch(args)
     env = dict(os.environ)
     env.update(plan.env)
     return plan, env
+
+
+def _fill_missing_flags(args: argparse.Namespace) -> None:
+    """Give a namespace built by hand (not by the launch parser) every flag it lacks, unset.
+
+    Accelerate's helpers read only the namespace, so callers build one with just the fields
+    they care about; a missing ``config_file`` means no config file, a missing
+    ``training_script`` that only the environment is wanted.
+    """
+    from accel_launch.launch_args import build_launch_parser
+
+    for action in build_launch_parser()._actions:
+        if action.dest != argparse.SUPPRESS and not hasattr(args, action.dest):
+            setattr(
+                args, action.dest, None if action.dest == "training_script_args" else action.default
+            )
 
 
 def _free_port(host: str) -> int:
@@ -69,7 +86,15 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     :class:`PrepareForLaunch`). Add ``RANK``/``LOCAL_RANK`` per process (or let
     :class:`PrepareForLaunch` do it) and each process joins the job.
     """
-    plan, env = _plan_env(args)
+    port_asked = getattr(args, "main_process_port", None)
+    if port_asked == 0:
+        # Accelerate's helper reads port 0 as "pick a free port" (`accel launch` refuses 0).
+        args.main_process_port = None
+    try:
+        plan, env = _plan_env(args)
+    finally:
+        if port_asked == 0:
+            args.main_process_port = 0
     host, _, port_text = plan.rdzv_endpoint.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     port = int(port_text or 0) or _free_port(host)
@@ -227,3 +252,127 @@ class PrepareForLaunch:
             os.environ["RANK"] = str(nproc * node_rank + index)
         os.environ["FORK_LAUNCHED"] = "1"
         self.launcher(*args)
+
+
+#: Switches that choose the distributed mode, and the config ``distributed_type`` each stands for.
+_MODE_SWITCHES = {
+    "multi_gpu": (DistributedType.MULTI_GPU, DistributedType.MULTI_XPU),
+    "use_deepspeed": (DistributedType.DEEPSPEED,),
+    "use_fsdp": (DistributedType.FSDP,),
+    "tpu": (DistributedType.XLA,),
+}
+
+
+def resolve_launch_args(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, bool]:
+    """Fill every flag of ``args`` the user did not type from the config file, as ``accel launch`` does.
+
+    Accelerate's ``_validate_launch_command``: the config file (``args.config_file``, else the
+    default one when it exists) provides each value a flag does not; ``debug`` falls back to
+    ``False``, ``mixed_precision`` to ``"no"``, ``num_machines`` to 1 and ``gpu_ids`` to
+    ``"all"``. ``args`` is changed in place.
+
+    Returns:
+        ``(args, file_config, mixed_precision_from_config)``: the filled namespace, the loaded
+        :class:`~accel_launch.config.schema.AccelConfig` (``None`` without a config file), and
+        whether ``mixed_precision`` came from the file.
+
+    Raises:
+        LaunchArgumentError: Two mode switches were typed together (``--multi_gpu --use_fsdp``).
+        ConfigError: The config file or a value is invalid.
+    """
+    import dataclasses
+
+    from accel_launch.config.files import load_config
+    from accel_launch.config.schema import AccelConfig
+    from accel_launch.launch_args import typed_value
+    from accel_launch.overlay import flags_to_config
+
+    flags = flags_to_config(args)
+    loaded, location = load_config(getattr(args, "config_file", None))
+    file_config = loaded if location.path is not None else None
+    merged = (file_config or AccelConfig()).merged_with(flags)
+    mp_from_config = flags.mixed_precision is None and merged.mixed_precision is not None
+
+    def fill(name: str, value: Any) -> None:
+        if value is not None and typed_value(args, name) is None and hasattr(args, name):
+            setattr(args, name, value)
+
+    for field in dataclasses.fields(merged):
+        value = getattr(merged, field.name)
+        if dataclasses.is_dataclass(value):
+            for inner in dataclasses.fields(value):
+                fill(inner.name, getattr(value, inner.name))
+        else:
+            fill(field.name, value)
+    if merged.use_cpu:
+        args.cpu = True
+    if not any(typed_value(args, name) for name in _MODE_SWITCHES) and merged.distributed_type:
+        kind = DistributedType(merged.distributed_type)
+        for name, kinds in _MODE_SWITCHES.items():
+            setattr(args, name, kind in kinds)
+    defaults = {
+        "debug": False,
+        "mixed_precision": "no",
+        "num_machines": 1,
+        "gpu_ids": "all",
+    }
+    for name, value in defaults.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return args, file_config, mp_from_config
+
+
+def _hyperparameter_value(text: str) -> bool | int | float | str:
+    """``"True"``/``"False"`` -> bool, ``"3"`` -> 3, ``"5e-5"`` -> 5e-05, other text unchanged."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return (
+        int(number)
+        if number.is_integer() and "." not in text and "e" not in text.lower()
+        else number
+    )
+
+
+def script_args_to_hyperparameters(script_args: list[str]) -> dict[str, bool | int | float | str]:
+    """A script's ``--key value`` arguments as a typed dict (Accelerate's SageMaker hyperparameters).
+
+    ``--key value`` and ``--key=value`` pairs become ``{"key": value}``, with ``True``/``False``
+    as booleans and numbers as ``int`` or ``float``; hyphens in keys become underscores.
+
+    Raises:
+        ValueError: A flag has no value (an on/off switch such as ``--do_train``): SageMaker passes
+            hyperparameters as key/value pairs, so give it an explicit value (``--do_train True``).
+    """
+    result: dict[str, bool | int | float | str] = {}
+    index = 0
+    while index < len(script_args):
+        item = script_args[index]
+        if not item.startswith("-"):
+            index += 1
+            continue
+        key, has_value, value = item.lstrip("-").partition("=")
+        if not has_value:
+            following = script_args[index + 1] if index + 1 < len(script_args) else None
+            if following is None or (following.startswith("-") and not _is_number(following)):
+                raise ValueError(
+                    f"script argument {item!r} has no value: SageMaker doesn't support argparse "
+                    "actions for `store_true` or `store_false` (switches without a value). "
+                    f"Please define explicit types, e.g. `{item} True`."
+                )
+            value = following
+            index += 1
+        result[key.replace("-", "_")] = _hyperparameter_value(value)
+        index += 1
+    return result
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

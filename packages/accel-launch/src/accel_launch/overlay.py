@@ -17,6 +17,7 @@ from accel_launch.config.schema import (
     flag_key,
 )
 from accel_launch.errors import LaunchArgumentError
+from accel_launch.launch_args import MEGATRON_LM_FLAGS, typed_value
 from accel_state.types import DistributedType
 
 #: Flags that select the distributed type, in the order they are checked for conflicts.
@@ -30,7 +31,28 @@ _TYPE_FLAGS = (
 
 def _section_values(args: argparse.Namespace, section: type[Any]) -> dict[str, Any]:
     names = [field.name for field in dataclasses.fields(section)]
-    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    return {name: typed_value(args, name) for name in names if typed_value(args, name) is not None}
+
+
+def _refuse_megatron(args: argparse.Namespace) -> None:
+    """Accelerate's Megatron-LM flags parse, but accel has no Megatron-LM engine.
+
+    As in Accelerate, the ``--megatron_lm_*`` settings act only with ``--use_megatron_lm``; that
+    switch is refused, naming the settings given with it.
+
+    Raises:
+        LaunchArgumentError: ``--use_megatron_lm`` was given.
+    """
+    if not getattr(args, "use_megatron_lm", None):
+        return
+    typed = ["--use_megatron_lm"]
+    typed += [f"--{name}" for name in MEGATRON_LM_FLAGS if getattr(args, name, None) is not None]
+    raise LaunchArgumentError(
+        f"{', '.join(typed)}: Megatron-LM is not a target of accel (it has no Megatron-LM "
+        "engine). Shard the model with --use_fsdp --fsdp_version 2 or --use_deepspeed, or split "
+        "it with --use_parallelism_config (--parallelism_config_tp_size, "
+        "--parallelism_config_cp_size) instead."
+    )
 
 
 def flags_to_config(args: argparse.Namespace) -> AccelConfig:
@@ -40,12 +62,13 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
         LaunchArgumentError: Two flags choose different distributed types.
         ConfigError: A value is out of range (the error names the flag).
     """
+    _refuse_megatron(args)
     chosen = [(flag, kind) for flag, kind in _TYPE_FLAGS if getattr(args, flag, None)]
     if len(chosen) > 1:
         names = " and ".join(f"--{flag}" for flag, _ in chosen)
         raise LaunchArgumentError(f"{names} cannot be combined; pick one distributed mode.")
     top = {
-        name: getattr(args, name)
+        name: typed_value(args, name)
         for name in (
             "mixed_precision",
             "num_processes",
@@ -67,7 +90,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
             "collective_timeout",
             "enable_cpu_affinity",
         )
-        if getattr(args, name, None) is not None
+        if typed_value(args, name) is not None
     }
     if getattr(args, "cpu", None):
         top["use_cpu"] = True

@@ -133,6 +133,10 @@ def _distributed_type(config: AccelConfig) -> DistributedType | None:
 
 
 def _check_target(args: argparse.Namespace) -> None:
+    if args.training_script is None:
+        # A namespace built for a launch helper that only wants the environment
+        # (prepare_multi_gpu_env): there is no script to check.
+        return
     if args.module and args.no_python:
         raise LaunchArgumentError("--module (-m) and --no_python cannot be combined.")
     if not args.module and not args.no_python and not Path(args.training_script).is_file():
@@ -261,6 +265,18 @@ def _thread_env(
     if on_cpu:
         return {"OMP_NUM_THREADS": str(max(1, cpu_count() // max(1, per_node)))}
     return {"OMP_NUM_THREADS": "1"} if per_node > 1 else {}
+
+
+def _intel_openmp_env(use_cpu: bool, environ: Mapping[str, str]) -> dict[str, str]:
+    """``--cpu`` launches: Intel OpenMP's thread pinning (``KMP_AFFINITY``) and 1 ms spin wait.
+
+    The values Accelerate sets for a CPU launch; only Intel's and LLVM's OpenMP runtimes read them
+    (GNU libgomp ignores them). A value already in the launching environment is kept.
+    """
+    if not use_cpu:
+        return {}
+    wanted = {"KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"}
+    return {key: value for key, value in wanted.items() if key not in environ}
 
 
 def _xla_bf16_env(config: AccelConfig, kind: DistributedType | None, typed: bool) -> dict[str, str]:
@@ -438,9 +454,10 @@ def build_plan(
         LaunchArgumentError: The combination cannot be launched (the message says how to fix it).
     """
     env = os.environ if environ is None else environ
+    flags = flags_to_config(args)
     _check_target(args)
     have_file = file_config is not None
-    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags_to_config(args)))
+    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags))
     if config.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER.value:
         raise LaunchArgumentError(
             "compute_environment AMAZON_SAGEMAKER is not supported by accel; use LOCAL_MACHINE."
@@ -518,6 +535,7 @@ def build_plan(
     contract = _contract(config, kind, use_cpu)
     worker_env = contract.to_env()
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
+    worker_env.update(_intel_openmp_env(use_cpu, env))
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
     worker_env.update(_feature_env(config, kind))
@@ -528,7 +546,7 @@ def build_plan(
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     return LaunchPlan(
         mode=mode,
-        target=args.training_script,
+        target=args.training_script or "",
         target_args=tuple(args.training_script_args or ()),
         module=bool(args.module),
         no_python=bool(args.no_python),

@@ -14,7 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accel_launch.errors import ConfigError, LaunchArgumentError
+from accel_launch.errors import (
+    ConfigError,
+    ConfigFileNotFoundError,
+    LaunchArgumentError,
+    OutputFileExistsError,
+)
 from accel_launch.spellings import add_hyphenated_spellings
 
 #: FSDP1 sharding strategy -> FSDP2's ``reshard_after_forward``.
@@ -67,7 +72,7 @@ def convert_config_to_fsdp2(
         said.append("no fsdp_config in the file: nothing to convert")
         return config
     if int(fsdp.get("fsdp_version", 1)) == 2:
-        said.append("fsdp_config already has fsdp_version: 2; left unchanged")
+        said.append("Config already specifies FSDP2, skipping conversion...")
         return config
     converted: dict[str, Any] = {}
     for key, value in fsdp.items():
@@ -91,13 +96,22 @@ def convert_config_to_fsdp2(
     return {**config, "fsdp_config": converted}
 
 
-def to_fsdp2_command(args: argparse.Namespace) -> int:
-    """Run ``accel to-fsdp2``."""
-    import yaml
+def check_to_fsdp2_paths(args: argparse.Namespace) -> Path:
+    """The file ``accel to-fsdp2`` writes: ``--output_file``, or the input with ``--overwrite``.
 
+    Raises:
+        ConfigFileNotFoundError: ``--config_file`` does not exist.
+        LaunchArgumentError: Neither ``--output_file`` nor ``--overwrite`` was given.
+        OutputFileExistsError: ``--output_file`` exists and ``--overwrite`` was not given.
+    """
     source = Path(args.config_file)
     if not source.is_file():
-        raise LaunchArgumentError(f"--config_file {args.config_file!r} does not exist.")
+        raise ConfigFileNotFoundError(
+            "config file does not exist",
+            key="--config_file",
+            value=args.config_file,
+            fix="Pass the path of the FSDP1 config to convert",
+        )
     target = Path(args.output_file) if args.output_file else None
     if target is None and not args.overwrite:
         raise LaunchArgumentError(
@@ -105,9 +119,25 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
             f"{args.config_file!r}."
         )
     if target is not None and target.exists() and not args.overwrite:
-        raise LaunchArgumentError(
+        raise OutputFileExistsError(
             f"--output_file {args.output_file!r} exists; pass --overwrite to replace it."
         )
+    return target or source
+
+
+def write_config(config: dict[str, Any], destination: Path) -> None:
+    """Write ``config`` as YAML, keys in their order."""
+    import yaml
+
+    destination.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def to_fsdp2_command(args: argparse.Namespace) -> int:
+    """Run ``accel to-fsdp2``."""
+    import yaml
+
+    destination = check_to_fsdp2_paths(args)
+    source = Path(args.config_file)
     try:
         config = yaml.safe_load(source.read_text()) or {}
     except yaml.YAMLError as error:
@@ -116,8 +146,7 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
         raise ConfigError("does not hold a mapping of keys", source=str(source))
     notes: list[str] = []
     converted = convert_config_to_fsdp2(config, notes)
-    destination = target or source
-    destination.write_text(yaml.safe_dump(converted, sort_keys=False))
+    write_config(converted, destination)
     for note in notes:
         print(f"accel to-fsdp2: {note}", file=sys.stderr)
     print(f"accel to-fsdp2: wrote {destination}")

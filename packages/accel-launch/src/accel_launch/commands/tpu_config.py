@@ -16,7 +16,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from accel_launch.errors import AccelLaunchError, ConfigError, LaunchArgumentError
+from accel_launch.errors import (
+    AccelLaunchError,
+    ConfigError,
+    ConfigFileNotFoundError,
+    LaunchArgumentError,
+)
 from accel_launch.spellings import add_hyphenated_spellings
 
 
@@ -63,7 +68,12 @@ def _file_defaults(path: str | None) -> dict[str, Any]:
     if location.path is None:
         return {}
     if not location.path.is_file():
-        raise LaunchArgumentError(f"--config_file {path!r} does not exist.")
+        raise ConfigFileNotFoundError(
+            "config file does not exist",
+            key="--config_file",
+            value=path,
+            fix="Fix the path, or drop --config_file to use the default config",
+        )
     try:
         data = yaml.safe_load(location.path.read_text())
     except yaml.YAMLError as error:

@@ -10,7 +10,7 @@ from typing import Any
 
 from accel_launch.config.paths import ConfigLocation, locate_config_file
 from accel_launch.config.schema import AccelConfig, file_key
-from accel_launch.errors import ConfigError
+from accel_launch.errors import ConfigError, ConfigFileNotFoundError
 
 
 def _parse_text(path: Path, text: str) -> Any:
@@ -54,7 +54,7 @@ def read_config_file(
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
+        raise ConfigFileNotFoundError(
             "config file does not exist",
             source=str(file),
             fix="Write one with `accel config` (or `accel config default`), or fix the path",

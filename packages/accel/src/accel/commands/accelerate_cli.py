@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from accel.commands.config import get_config_parser
 from accel.commands.env import env_command_parser
-from accel.commands.estimate import register as estimate_command_parser
+from accel.commands.estimate import estimate_command_parser
 from accel.commands.launch import launch_command_parser
 from accel.commands.merge import merge_command_parser
 from accel.commands.test import test_command_parser

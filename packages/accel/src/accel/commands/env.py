@@ -8,6 +8,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import platform
+from shutil import which
 from typing import Any
 
 from accel.__about__ import __version__ as version
@@ -26,8 +28,38 @@ def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return command_parser(_env.add_parser, subparsers, env_command)
 
 
+def _accelerate_keys() -> dict[str, str]:
+    """The report's facts under the keys of Accelerate's ``env_command`` dict."""
+    import numpy
+    import torch
+
+    if torch.cuda.is_available():
+        accelerator = "CUDA"
+    elif getattr(torch, "xpu", None) is not None and torch.xpu.is_available():
+        accelerator = "XPU"
+    elif torch.backends.mps.is_available():
+        accelerator = "MPS"
+    else:
+        accelerator = "N/A"
+    return {
+        "`Accelerate` version": version,
+        "Platform": platform.platform(),
+        # The command-line tool that plays `accelerate`'s part: accel's `accel`.
+        "`accelerate` bash location": which("accel") or "Not found",
+        "Python version": platform.python_version(),
+        "Numpy version": numpy.__version__,
+        "PyTorch version": torch.__version__,
+        "PyTorch accelerator": accelerator,
+    }
+
+
 def env_command(args: argparse.Namespace) -> dict[str, str]:
-    """Print the report (versions, platform, hardware, config) and return its lines as a dict."""
+    """Print the report (versions, platform, hardware, config) and return its facts as a dict.
+
+    The dict holds the report's lines (``key: value``) and Accelerate's keys for the same facts
+    (``"`Accelerate` version"``, ``"`accelerate` bash location"`` (where ``accel`` is),
+    ``"PyTorch accelerator"``...).
+    """
     report = _env.env_report(args.config_file)
     print(report)
     info: dict[str, str] = {}
@@ -35,6 +67,7 @@ def env_command(args: argparse.Namespace) -> dict[str, str]:
         if line.startswith("- ") and ": " in line:
             key, value = line[2:].split(": ", 1)
             info[key] = value
+    info.update(_accelerate_keys())
     return info
 
 

@@ -25,7 +25,7 @@ from accel_launch.config.paths import default_config_file as _default_config_fil
 from accel_launch.config.schema import DEEPSPEED_MULTINODE_LAUNCHERS, DYNAMO_BACKENDS, DYNAMO_MODES
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.launch_args import DESCRIPTION, add_launch_arguments
-from accel_launch.launch_helpers import prepare_sagemager_args_inputs
+from accel_launch.launch_helpers import prepare_sagemager_args_inputs, resolve_launch_args
 from accel_launch.spellings import OneSpellingHelpFormatter
 
 logger = logging.getLogger(__name__)
@@ -98,6 +98,15 @@ def launch_command(args: argparse.Namespace) -> None:
         accel_launch.errors.AccelLaunchError: The flags or the config are invalid.
     """
     run_or_exit(_run_launch, args)
+
+
+def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, bool]:
+    """Fill the flags not typed from the config file (Accelerate's name for the step).
+
+    See :func:`accel_launch.launch_helpers.resolve_launch_args`; returns ``(args, config,
+    mixed_precision_from_config)``.
+    """
+    return resolve_launch_args(args)
 
 
 def _launch_with(args: argparse.Namespace, **flags: Any) -> None:

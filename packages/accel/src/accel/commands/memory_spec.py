@@ -18,3 +18,10 @@ INFERENCE_ONLY = frozenset({"int8", "int4"})
 
 class ModelSpecError(AccelError, ValueError):
     """The model to measure cannot be found or built."""
+
+
+class HubModelError(ModelSpecError, OSError):
+    """The model is named as a Hugging Face Hub repo, which accel does not download.
+
+    An ``OSError`` too, as the error for a model that cannot be obtained is in Accelerate.
+    """

@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from accel.commands._parsers import command_parser, run_or_exit
+from accel.commands._parsers import command_parser
 from accel_launch.commands import to_fsdp2 as _to_fsdp2
 from accel_launch.errors import ConfigError
 
@@ -106,11 +106,21 @@ def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 def to_fsdp2_command(args: argparse.Namespace) -> None:
     """Convert ``args.config_file`` and write it to ``args.output_file`` (or over it).
 
+    The file is read with this module's :func:`load_config` and converted with
+    :func:`convert_config_to_fsdp2`, whose notes (dropped keys, a config already on FSDP2) are
+    logged as warnings on this module's ``logger``.
+
     Raises:
-        accel_launch.errors.LaunchArgumentError: No output given, or it exists without
-            ``--overwrite``.
+        accel_launch.errors.ConfigFileNotFoundError: ``--config_file`` does not exist (a
+            ``FileNotFoundError``).
+        accel_launch.errors.LaunchArgumentError: Neither ``--output_file`` nor ``--overwrite``.
+        accel_launch.errors.OutputFileExistsError: ``--output_file`` exists without
+            ``--overwrite`` (a ``FileExistsError``).
     """
-    run_or_exit(_to_fsdp2.to_fsdp2_command, args)
+    destination = _to_fsdp2.check_to_fsdp2_paths(args)
+    converted = convert_config_to_fsdp2(load_config(args.config_file))
+    _to_fsdp2.write_config(converted, destination)
+    print(f"accel to-fsdp2: wrote {destination}")
 
 
 def main() -> None:

@@ -73,6 +73,10 @@ from accel.test_utils.testing import (
 )
 from accel.test_utils.training import RegressionDataset, RegressionModel
 
+# Accelerate's tests call ``debug_launcher(test_utils.test_ops.main)``: the test programs are
+# importable from here too (after the names above, which they use).
+from accel.test_utils.scripts import test_ops, test_script, test_sync  # isort: skip
+
 __all__ = [
     "AccelerateTestCase",
     "DEFAULT_LAUNCH_COMMAND",
@@ -133,5 +137,8 @@ __all__ = [
     "run_first",
     "skip",
     "slow",
+    "test_ops",
+    "test_script",
+    "test_sync",
     "torch_device",
 ]

@@ -14,23 +14,39 @@ from typing import Any, TypeVar
 import torch
 
 from accel.utils.imports import (
+    is_aim_available,
     is_bnb_available,
+    is_clearml_available,
+    is_comet_ml_available,
     is_cuda_available,
     is_datasets_available,
     is_deepspeed_available,
+    is_dvclive_available,
     is_fp8_available,
+    is_habana_gaudi1,
     is_hpu_available,
+    is_import_timer_available,
+    is_matplotlib_available,
     is_mlflow_available,
     is_mlu_available,
     is_musa_available,
+    is_neuron_available,
     is_npu_available,
+    is_pandas_available,
+    is_peft_available,
+    is_schedulefree_available,
     is_sdaa_available,
+    is_swanlab_available,
     is_tensorboard_available,
+    is_timm_available,
+    is_torch_version,
     is_torchao_available,
     is_torchdata_stateful_dataloader_available,
+    is_trackio_available,
     is_transformer_engine_available,
     is_transformer_engine_mxfp8_available,
     is_transformers_available,
+    is_triton_available,
     is_wandb_available,
     is_xpu_available,
 )
@@ -126,7 +142,9 @@ def require_fp8(test_case: T) -> T:
 
 def require_pippy(test_case: T) -> T:
     """Run only where torch has pipeline parallelism (``torch.distributed.pipelining``)."""
-    return _when(_has_pipelining(), "test requires torch.distributed.pipelining")(test_case)
+    return _when(
+        _has_pipelining() and not is_habana_gaudi1(), "test requires torch.distributed.pipelining"
+    )(test_case)
 
 
 def require_fsdp2(test_case: T) -> T:
@@ -197,3 +215,104 @@ def require_musa(test_case: T) -> T:
 def require_sdaa(test_case: T) -> T:
     """Run only with a Tecorigin SDAA device."""
     return _when(is_sdaa_available(), "test requires an SDAA device")(test_case)
+
+
+def require_peft(test_case: T) -> T:
+    """Run only with PEFT installed."""
+    return _when(is_peft_available(), "test requires peft")(test_case)
+
+
+def require_neuron(test_case: T) -> T:
+    """Run only with an AWS Neuron device."""
+    return _when(is_neuron_available(), "test requires a Neuron device")(test_case)
+
+
+def require_timm(test_case: T) -> T:
+    """Run only with timm installed."""
+    return _when(is_timm_available(), "test requires timm")(test_case)
+
+
+def require_triton(test_case: T) -> T:
+    """Run only with Triton installed."""
+    return _when(is_triton_available(), "test requires triton")(test_case)
+
+
+def require_schedulefree(test_case: T) -> T:
+    """Run only with schedulefree installed."""
+    return _when(is_schedulefree_available(), "test requires schedulefree")(test_case)
+
+
+def require_tp(test_case: T) -> T:
+    """Run only where tensor parallelism works (torch >= 2.3 and transformers >= 4.52)."""
+    from accel.utils.versions import compare_versions
+
+    ready = (
+        is_torch_version(">=", "2.3.0")
+        and is_transformers_available()
+        and compare_versions("transformers", ">=", "4.52.0")
+    )
+    return _when(ready, "test requires torch >= 2.3.0 and transformers >= 4.52.0")(test_case)
+
+
+def require_trackio(test_case: T) -> T:
+    """Run only with trackio installed."""
+    return _when(is_trackio_available(), "test requires trackio")(test_case)
+
+
+def require_comet_ml(test_case: T) -> T:
+    """Run only with comet_ml installed."""
+    return _when(is_comet_ml_available(), "test requires comet_ml")(test_case)
+
+
+def require_aim(test_case: T) -> T:
+    """Run only with Aim installed."""
+    return _when(is_aim_available(), "test requires aim")(test_case)
+
+
+def require_clearml(test_case: T) -> T:
+    """Run only with ClearML installed."""
+    return _when(is_clearml_available(), "test requires clearml")(test_case)
+
+
+def require_dvclive(test_case: T) -> T:
+    """Run only with DVCLive installed."""
+    return _when(is_dvclive_available(), "test requires dvclive")(test_case)
+
+
+def require_swanlab(test_case: T) -> T:
+    """Run only with SwanLab installed."""
+    return _when(is_swanlab_available(), "test requires swanlab")(test_case)
+
+
+def require_pandas(test_case: T) -> T:
+    """Run only with pandas installed."""
+    return _when(is_pandas_available(), "test requires pandas")(test_case)
+
+
+def require_matplotlib(test_case: T) -> T:
+    """Run only with matplotlib installed."""
+    return _when(is_matplotlib_available(), "test requires matplotlib")(test_case)
+
+
+def require_import_timer(test_case: T) -> T:
+    """Run only with the ``import_timer`` package (tuna's import-time profile reader) installed."""
+    return _when(is_import_timer_available(), "test requires import_timer")(test_case)
+
+
+def _tracker_available() -> bool:
+    """Whether an offline-capable tracker is installed and comet_ml (needs an account) is not."""
+    offline = (
+        is_wandb_available()
+        or is_tensorboard_available()
+        or is_trackio_available()
+        or is_swanlab_available()
+    )
+    return offline and not is_comet_ml_available()
+
+
+def require_trackers(test_case: T) -> T:
+    """Run only with at least one offline-capable tracker installed and comet_ml not installed."""
+    return _when(
+        _tracker_available(),
+        "test requires at least one tracker to be available and for `comet_ml` to not be installed",
+    )(test_case)

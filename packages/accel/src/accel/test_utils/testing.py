@@ -19,15 +19,220 @@ from typing import Any, TypeVar, cast
 import torch
 
 import accel_ops
+from accel.test_utils.requirements import (
+    require_aim,
+    require_bnb,
+    require_clearml,
+    require_comet_ml,
+    require_cuda_or_hpu,
+    require_cuda_or_xpu,
+    require_datasets,
+    require_deepspeed,
+    require_dvclive,
+    require_fp8,
+    require_fsdp2,
+    require_huggingface_suite,
+    require_import_timer,
+    require_matplotlib,
+    require_mlflow,
+    require_mlu,
+    require_multi_gpu_or_xpu,
+    require_multi_xpu,
+    require_musa,
+    require_neuron,
+    require_non_hpu,
+    require_non_xpu,
+    require_npu,
+    require_pandas,
+    require_peft,
+    require_pippy,
+    require_schedulefree,
+    require_sdaa,
+    require_single_xpu,
+    require_swanlab,
+    require_tensorboard,
+    require_timm,
+    require_torchao,
+    require_torchdata_stateful_dataloader,
+    require_tp,
+    require_trackers,
+    require_trackio,
+    require_transformer_engine,
+    require_transformer_engine_mxfp8,
+    require_transformers,
+    require_triton,
+    require_wandb,
+)
 from accel.utils.imports import (
+    is_aim_available,
+    is_bnb_available,
+    is_clearml_available,
+    is_comet_ml_available,
     is_cuda_available,
+    is_datasets_available,
+    is_deepspeed_available,
+    is_dvclive_available,
+    is_fp8_available,
+    is_fp16_available,
+    is_habana_gaudi1,
+    is_hpu_available,
+    is_import_timer_available,
+    is_matplotlib_available,
+    is_mlflow_available,
+    is_mlu_available,
     is_mps_available,
+    is_musa_available,
+    is_neuron_available,
+    is_npu_available,
+    is_pandas_available,
+    is_peft_available,
+    is_pippy_available,
+    is_pytest_available,
+    is_schedulefree_available,
+    is_sdaa_available,
+    is_swanlab_available,
+    is_tensorboard_available,
+    is_timm_available,
     is_torch_version,
     is_torch_xla_available,
+    is_torchao_available,
+    is_torchdata_stateful_dataloader_available,
     is_torchvision_available,
+    is_trackio_available,
+    is_transformer_engine_available,
+    is_transformer_engine_mxfp8_available,
+    is_transformers_available,
+    is_triton_available,
+    is_wandb_available,
     is_xpu_available,
 )
+from accel_state.envvars import str_to_bool
 from accel_state.testing.ports import find_free_port
+
+# Accelerate's ``testing`` module namespace holds these availability checks too (its tests import
+# ``is_hpu_available`` from it): they are the same objects as ``accel.utils``'s.
+__all__ = [
+    "DEFAULT_LAUNCH_COMMAND",
+    "AccelerateTestCase",
+    "MockingTestCase",
+    "SubprocessCallException",
+    "SubprocessRunOutput",
+    "TempDirTestCase",
+    "are_the_same_tensors",
+    "assert_exception",
+    "capture_call_output",
+    "device_count",
+    "execute_subprocess_async",
+    "get_backend",
+    "get_launch_command",
+    "get_torch_dist_unique_port",
+    "is_aim_available",
+    "is_bnb_available",
+    "is_clearml_available",
+    "is_comet_ml_available",
+    "is_cuda_available",
+    "is_datasets_available",
+    "is_deepspeed_available",
+    "is_dvclive_available",
+    "is_fp8_available",
+    "is_fp16_available",
+    "is_habana_gaudi1",
+    "is_hpu_available",
+    "is_import_timer_available",
+    "is_matplotlib_available",
+    "is_mlflow_available",
+    "is_mlu_available",
+    "is_mps_available",
+    "is_musa_available",
+    "is_neuron_available",
+    "is_npu_available",
+    "is_pandas_available",
+    "is_peft_available",
+    "is_pippy_available",
+    "is_pytest_available",
+    "is_schedulefree_available",
+    "is_sdaa_available",
+    "is_swanlab_available",
+    "is_tensorboard_available",
+    "is_timm_available",
+    "is_torch_version",
+    "is_torch_xla_available",
+    "is_torchao_available",
+    "is_torchdata_stateful_dataloader_available",
+    "is_torchvision_available",
+    "is_trackio_available",
+    "is_transformer_engine_available",
+    "is_transformer_engine_mxfp8_available",
+    "is_transformers_available",
+    "is_triton_available",
+    "is_wandb_available",
+    "is_xpu_available",
+    "memory_allocated_func",
+    "parse_flag_from_env",
+    "path_in_accelerate_package",
+    "pytest_xdist_worker_id",
+    "require_aim",
+    "require_bnb",
+    "require_clearml",
+    "require_comet_ml",
+    "require_cpu",
+    "require_cuda",
+    "require_cuda_or_hpu",
+    "require_cuda_or_xpu",
+    "require_datasets",
+    "require_deepspeed",
+    "require_dvclive",
+    "require_fp8",
+    "require_fp16",
+    "require_fsdp2",
+    "require_huggingface_suite",
+    "require_import_timer",
+    "require_matplotlib",
+    "require_mlflow",
+    "require_mlu",
+    "require_mps",
+    "require_multi_device",
+    "require_multi_gpu",
+    "require_multi_gpu_or_xpu",
+    "require_multi_xpu",
+    "require_musa",
+    "require_neuron",
+    "require_non_cpu",
+    "require_non_hpu",
+    "require_non_torch_xla",
+    "require_non_xpu",
+    "require_npu",
+    "require_pandas",
+    "require_peft",
+    "require_pippy",
+    "require_schedulefree",
+    "require_sdaa",
+    "require_single_device",
+    "require_single_gpu",
+    "require_single_xpu",
+    "require_swanlab",
+    "require_tensorboard",
+    "require_timm",
+    "require_torch_min_version",
+    "require_torchao",
+    "require_torchdata_stateful_dataloader",
+    "require_torchvision",
+    "require_tp",
+    "require_tpu",
+    "require_trackers",
+    "require_trackio",
+    "require_transformer_engine",
+    "require_transformer_engine_mxfp8",
+    "require_transformers",
+    "require_triton",
+    "require_wandb",
+    "require_xpu",
+    "run_command",
+    "run_first",
+    "skip",
+    "slow",
+    "torch_device",
+]
 
 T = TypeVar("T", bound=Callable[..., Any])
 
@@ -42,6 +247,12 @@ def _device_type_and_count() -> tuple[str, int]:
     return "cpu", 1
 
 
+def get_backend() -> tuple[str, int, Callable[[], int]]:
+    """This machine's accelerator type, its device count, and its allocated-memory function."""
+    kind, count = _device_type_and_count()
+    return kind, count, memory_allocated_func
+
+
 #: The accelerator type of this machine (``"cuda"``, ``"xpu"``, ``"mps"`` or ``"cpu"``).
 torch_device, device_count = _device_type_and_count()
 
@@ -50,11 +261,26 @@ def _skip_unless(condition: bool, reason: str) -> Callable[[T], T]:
     return unittest.skipUnless(condition, reason)
 
 
+def parse_flag_from_env(key: str, default: bool = False) -> bool:
+    """The boolean environment variable ``key`` (``default`` when unset).
+
+    Raises:
+        ValueError: ``key`` is set to something that is not a yes/no value.
+    """
+    value = os.environ.get(key)
+    if value is None:
+        return default
+    try:
+        return str_to_bool(value, True, name=key)
+    except ValueError:
+        raise ValueError(
+            f"If set, {key} must be yes or no (got {key}={value!r}); use 1/0, true/false or yes/no."
+        ) from None
+
+
 def slow(test_case: T) -> T:
-    """Run only when ``RUN_SLOW=1`` (slow tests are skipped by default)."""
-    return _skip_unless(os.environ.get("RUN_SLOW", "0") in ("1", "true", "yes"), "test is slow")(
-        test_case
-    )
+    """Run only when ``RUN_SLOW`` is a true value (slow tests are skipped by default)."""
+    return _skip_unless(parse_flag_from_env("RUN_SLOW", default=False), "test is slow")(test_case)
 
 
 def skip(test_case: T) -> T:
@@ -229,6 +455,22 @@ class TempDirTestCase(unittest.TestCase):
                     path.unlink()
 
 
+class MockingTestCase(unittest.TestCase):
+    """A test case whose ``setUp`` starts patches (built only then) that stop after each test.
+
+    Call :meth:`add_mocks` at the end of ``setUp``, after ``super().setUp()``.
+    """
+
+    mocks: list[Any]
+
+    def add_mocks(self, mocks: Any) -> None:
+        """Start ``mocks`` (one ``mock.patch`` object or a list of them) until this test ends."""
+        self.mocks = list(mocks) if isinstance(mocks, (tuple, list)) else [mocks]
+        for patcher in self.mocks:
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+
 class AccelerateTestCase(unittest.TestCase):
     """A test case that resets the process-wide state after every test."""
 
@@ -317,3 +559,30 @@ def capture_call_output(func: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     with contextlib.redirect_stdout(buffer):
         func(*args, **kwargs)
     return buffer.getvalue()
+
+
+class SubprocessCallException(Exception):
+    """A command run by :func:`run_command` failed; the message holds its output."""
+
+
+def run_command(
+    command: Sequence[str | os.PathLike[str]],
+    return_stdout: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """Run ``command`` (stderr merged into stdout); return its output when ``return_stdout``.
+
+    Raises:
+        SubprocessCallException: The command exited non-zero (its output is in the message).
+    """
+    argv = [str(part) for part in command]
+    try:
+        output = subprocess.check_output(
+            argv, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None
+        )
+    except subprocess.CalledProcessError as error:
+        raise SubprocessCallException(
+            f"Command `{' '.join(argv)}` failed with the following error:\n\n"
+            f"{error.output.decode(errors='replace')}"
+        ) from error
+    return output.decode("utf-8", errors="replace") if return_stdout else None

@@ -15,8 +15,10 @@ from accel_launch.launch_helpers import (
     prepare_simple_launcher_cmd_env,
     prepare_tpu,
 )
+from accel_launch.launch_helpers import script_args_to_hyperparameters as _convert_nargs_to_dict
 
 __all__ = [
+    "_convert_nargs_to_dict",
     "CPUInformation",
     "PrepareForLaunch",
     "convert_dict_to_env_variables",

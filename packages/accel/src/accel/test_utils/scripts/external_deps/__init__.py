@@ -1,0 +1,1 @@
+"""accel's test programs that need libraries beyond torch (Hugging Face datasets...)."""
