@@ -227,6 +227,10 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         start = self._shard * per
         return start, min(start + per, per * n if pad else real), pad
 
+    def _uneven_tail(self) -> bool:
+        """Whether the epoch's final step may leave some process without a batch."""
+        return self._shards > 1 and not self.even_batches and not self._drop_last
+
     def _gets_part(self, real: int) -> bool:
         start, stop, _ = self._my_range(real)
         return start < stop
@@ -284,17 +288,26 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                 batch = self._materialize(local, announced)
                 if first is None:
                     first = self._slice(batch, slice(0, self._shards))
+                # Read the next step before yielding only where this batch may be this process's
+                # last without being the epoch's (an uneven final step that gives it nothing):
+                # reading further ahead would finish the sampler's iteration (and so advance
+                # a seedable sampler's epoch) earlier than the batches handed out require.
+                look_ahead = not announced.last and self._uneven_tail()
                 local, following = None, None
-                if not announced.last:
+                if look_ahead:
                     local, following = self._next_round(rounds)
                 mine = self._my_part(batch, announced.real, first)
-                final = announced if following is None else following
-                if following is None or (following.last and not self._gets_part(following.real)):
-                    # This process's last batch: nothing for it in the final step, if any.
-                    self.signal_last_batch(final.real)
+                if announced.last:
+                    self.signal_last_batch(announced.real)
+                elif following is not None and following.last:
+                    if not self._gets_part(following.real):
+                        # This process's last batch: nothing for it in the final step.
+                        self.signal_last_batch(following.real)
                 if mine is not None:
                     self._batches_yielded += 1
                     yield mine
+                if not announced.last and not look_ahead:
+                    local, following = self._next_round(rounds)
                 announced = following
             self._complete_epoch()
         finally:
