@@ -36,7 +36,7 @@ from accel.scheduler import AcceleratedScheduler
 from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
 from accel.trackers_mixin import TrackersMixin
-from accel.tracking import GeneralTracker, resolve_trackers
+from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
 from accel.utils.memory import release_memory
@@ -208,6 +208,7 @@ class Accelerator(
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.project_configuration = make_project_configuration(project_dir, project_config)
+        self.log_with = filter_trackers(log_with, self.logging_dir)
         self.strategy = make_strategy(
             self.state.distributed_type,
             self.state.partial,
