@@ -7,9 +7,8 @@ import logging
 import pytest
 import torch
 
-from accel import Accelerator, AcceleratorConfigError, GeneralTracker
+from accel import Accelerator, AcceleratorConfigError, GeneralTracker, tracking
 from accel.logging import get_logger
-from accel import tracking
 from accel.tracking import resolve_trackers, tensorboard_available
 from accel.utils import find_executable_batch_size, tqdm
 from accel_state.testing import spawn_workers
