@@ -25,7 +25,7 @@ from accel.compilation import compile_model
 from accel.local_sgd import LocalSGD
 from accel.state import AcceleratorState, PartialState
 from accel.utils import DynamoBackend
-from accel_state import DistributedType, LaunchContract
+from accel_state import DistributedType, LaunchContract, reset_state
 from accel_state.testing import spawn_workers
 
 MODULE_NAMES = {
@@ -279,6 +279,33 @@ def test_dynamo_plugin_keyword_and_backend_enum():
     with pytest.raises(AcceleratorConfigError, match="dynamo_backend='eager'"):
         Accelerator(cpu=True, dynamo_backend="eager", dynamo_plugin=TorchDynamoPlugin())
     assert [m.name for m in DynamoBackend][:4] == ["NO", "EAGER", "AOT_EAGER", "INDUCTOR"]
+
+
+def test_dynamo_plugin_reads_the_launchers_variables(monkeypatch):
+    # Regression: TorchDynamoPlugin() ignored ACCELERATE_DYNAMO_* (what `accelerate launch` sets).
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "AOT_EAGER")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "true")
+    plugin = TorchDynamoPlugin()
+    assert (plugin.backend, plugin.mode) == ("aot_eager", "reduce-overhead")
+    assert plugin.fullgraph and plugin.dynamic and plugin.use_regional_compilation
+    explicit = TorchDynamoPlugin(backend="eager", fullgraph=False, use_regional_compilation=False)
+    assert explicit.backend == "eager" and not explicit.fullgraph
+    assert not explicit.use_regional_compilation
+    monkeypatch.setenv("ACCEL_DYNAMO_BACKEND", "inductor")  # accel's own variable wins
+    assert TorchDynamoPlugin().backend == "inductor"
+
+
+def test_accelerate_torch_device_picks_the_device(monkeypatch):
+    # Regression: Accelerator().device ignored ACCELERATE_TORCH_DEVICE.
+    reset_state()
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:3")
+    try:
+        assert Accelerator().device == torch.device("cpu", 3)
+    finally:
+        reset_state()
 
 
 def test_regional_compilation_compiles_the_repeated_blocks_only():

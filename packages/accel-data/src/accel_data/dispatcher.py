@@ -299,10 +299,11 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                 mine = self._my_part(batch, announced.real, first)
                 if announced.last:
                     self.signal_last_batch(announced.real)
-                elif following is not None and following.last:
-                    if not self._gets_part(following.real):
-                        # This process's last batch: nothing for it in the final step.
-                        self.signal_last_batch(following.real)
+                elif (
+                    following is not None and following.last and not self._gets_part(following.real)
+                ):
+                    # This process's last batch: nothing for it in the final step.
+                    self.signal_last_batch(following.real)
                 if mine is not None:
                     self._batches_yielded += 1
                     yield mine

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from accel_state.cluster import ProcessLayout, resolve_cluster_environment
 from accel_state.contract import LaunchContract
-from accel_state.device import select_backend, select_device
+from accel_state.device import select_backend, select_device, use_named_device
 from accel_state.device_mesh import activate, active_parallel_mesh
 from accel_state.errors import PartialStateResetError, StateConflictError
 from accel_state.process_group import (
@@ -75,7 +75,10 @@ class PartialState:
         environment = resolve_cluster_environment(env)
         layout = environment.layout(env)
         use_xla = bool(env.get("PJRT_DEVICE")) and not use_cpu
-        device = select_device(layout, use_cpu=use_cpu, use_xla=use_xla)
+        if contract.torch_device is not None and not use_cpu:
+            device = use_named_device(contract.torch_device)
+        else:
+            device = select_device(layout, use_cpu=use_cpu, use_xla=use_xla)
         chosen_backend = select_backend(device, backend or contract.backend)
         owns_group = False
         timeouts = resolve_timeout(timeout, contract.process_group_timeout)
