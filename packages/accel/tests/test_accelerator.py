@@ -65,6 +65,32 @@ def test_prepare_keeps_order_types_and_never_wraps_twice():
     assert accelerator.prepare(p_optimizer) is p_optimizer
     assert accelerator.prepare(loader) is p_loader
     assert accelerator.prepare(model) is accelerator.prepare(model)
+    # Accelerate's marker on every prepared object, which transformers and its tests read.
+    for obj in (p_loader, p_scheduler, p_optimizer, p_model):
+        assert obj._is_accelerate_prepared is True
+    assert not hasattr(text, "_is_accelerate_prepared")
+    p_optimizer._is_overflow = True  # Accelerate's private name for step_was_skipped
+    assert p_optimizer.step_was_skipped
+
+
+def test_an_accelerator_and_its_loader_are_freed_without_the_garbage_collector():
+    # Regression: the checkpointer held the Accelerator's bound method, a reference cycle
+    # that kept the Accelerator and everything it prepared alive until a collection.
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        accelerator = Accelerator(cpu=True)
+        loader = accelerator.prepare(DataLoader(list(range(8)), batch_size=2))
+        batches = iter(loader)
+        next(batches)
+        refs = [weakref.ref(accelerator), weakref.ref(loader)]
+        del accelerator, loader, batches
+        assert [ref() for ref in refs] == [None, None]
+    finally:
+        gc.enable()
 
 
 def test_device_placement_list_must_match():

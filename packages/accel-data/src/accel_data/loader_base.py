@@ -96,6 +96,11 @@ class DataLoaderStateMixin:
     _epoch_base_rng_state: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ GradientState
+    @property
+    def gradient_state(self) -> GradientState:
+        """The process's :class:`~accel_state.GradientState` (Accelerate's attribute)."""
+        return GradientState()
+
     def reset(self) -> None:
         """Clear the end-of-dataloader flag and the remainder."""
         self.end_of_dataloader = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -233,7 +234,7 @@ class Accelerator(
         self._dataloaders: list[Any] = []
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self._parameter_moves: ParameterMoves = {}
-        self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_weak_unwrap(self))
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial)
 
@@ -292,11 +293,34 @@ class Accelerator(
     def _already_prepared(self, obj: Any) -> Any:
         entry = self._prepared_ids.get(id(obj))
         # The entry holds the object itself, so its id cannot be reused while it is recorded.
-        return entry[1] if entry is not None and entry[0] is obj else None
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        if getattr(obj, "_is_accelerate_prepared", False):
+            # Prepared by another Accelerator (Accelerate's flag): adopt it as it is.
+            self._adopt(obj)
+            return obj
+        return None
+
+    def _adopt(self, prepared: Any) -> None:
+        """Track an object that an earlier Accelerator prepared, as if this one had."""
+        if isinstance(prepared, torch.nn.Module):
+            registry: list[Any] = self._models
+        elif isinstance(prepared, AcceleratedOptimizer):
+            registry = self._optimizers
+        elif isinstance(prepared, AcceleratedScheduler):
+            registry = self._schedulers
+        else:
+            registry = self._dataloaders
+        if not any(item is prepared for item in registry):
+            registry.append(prepared)
+        self._remember(prepared, prepared)
 
     def _remember(self, original: Any, prepared: Any) -> Any:
         self._prepared_ids[id(original)] = (original, prepared)
         self._prepared_ids[id(prepared)] = (prepared, prepared)
+        # Accelerate's marker, which transformers and Accelerate's tests read.
+        with contextlib.suppress(AttributeError, TypeError):
+            prepared._is_accelerate_prepared = True
         return prepared
 
     def prepare_model(
@@ -547,3 +571,18 @@ def _merge_dataloader_options(
                     "set it in one place."
                 )
     return dataclasses.replace(base, **changes) if changes else base
+
+
+def _weak_unwrap(accelerator: Accelerator) -> Callable[[torch.nn.Module], torch.nn.Module]:
+    """``accelerator._plain_model`` without a strong reference to ``accelerator``.
+
+    The checkpointer keeps it; a bound method would make a cycle, and an Accelerator (with
+    its prepared objects) would outlive its last user until the garbage collector ran.
+    """
+    method = weakref.WeakMethod(accelerator._plain_model)
+
+    def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+        bound = method()
+        return model if bound is None else bound(model)
+
+    return unwrap
