@@ -305,3 +305,21 @@ def test_batches_land_on_the_gpu():
     batch = next(iter(loader))
     assert batch["x"].device.type == "cuda" and batch["pair"][0].device.type == "cuda"
     assert batch["x"].cpu().tolist() == [[0, 0], [1, 2]]
+
+
+def test_dispatched_batches_may_hold_values_that_are_not_tensors():
+    # Regression: an iterable dataset (dispatched by default) whose batches held a string
+    # raised DispatchError; Accelerate gives every process such values as they are.
+    def collate(samples):
+        return {"tensor": torch.stack(samples), "name": "shared", "size": len(samples)}
+
+    loader = prepare_data_loader(
+        DataLoader(Stream(10), batch_size=4, collate_fn=collate),
+        dispatch_batches=True,
+        put_on_device=True,
+    )
+    assert isinstance(loader, DataLoaderDispatcher)
+    batches = list(loader)
+    assert [values(batch["tensor"]) for batch in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert {batch["name"] for batch in batches} == {"shared"}
+    assert [batch["size"] for batch in batches] == [4, 4, 2]
