@@ -321,6 +321,34 @@ def test_regional_compilation_compiles_the_repeated_blocks_only():
     assert out.shape == (1, 3)
 
 
+def test_compile_regions_returns_a_twin_and_leaves_the_model_alone():
+    # Regression: compile_regions compiled the caller's module in place; Accelerate returns a
+    # new module (sharing parameters) and leaves the original uncompiled.
+    from accel.utils import compile_regions, extract_model_from_parallel, has_compiled_regions
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)])
+            self.head = torch.nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    model = Net()
+    twin = compile_regions(model, backend="eager")
+    assert twin is not model and twin._orig_mod is model
+    assert not has_compiled_regions(model) and has_compiled_regions(twin)
+    assert all(block._compiled_call_impl is None for block in model.blocks)
+    assert twin.blocks[0]._orig_mod is model.blocks[0] and twin.head._orig_mod is model.head
+    assert twin.head.weight is model.head.weight  # parameters are shared
+    assert torch.equal(twin(torch.ones(2, 3)), model(torch.ones(2, 3)))
+    assert extract_model_from_parallel(twin, keep_torch_compile=False) is model
+    assert extract_model_from_parallel(twin) is twin
+
+
 def test_ddp_comm_hook_settings_are_validated():
     assert (
         DistributedDataParallelKwargs(comm_hook="bf16").comm_hook is DDPCommunicationHookType.BF16
