@@ -6,7 +6,6 @@ trackers for third-party services build on this one, so none of them imports the
 
 from __future__ import annotations
 
-import abc
 import enum
 import functools
 from collections.abc import Callable, Mapping
@@ -49,11 +48,11 @@ class LoggerType(enum.Enum):
     TRACKIO = "trackio"
 
 
-class GeneralTracker(abc.ABC):
+class GeneralTracker:
     """Base class of every tracker; subclass it to plug in your own.
 
-    Subclasses set ``name`` and ``requires_logging_directory`` and implement ``log``;
-    ``store_init_configuration`` and ``finish`` are optional.
+    Subclasses set ``name`` and ``requires_logging_directory`` and implement ``log``
+    (``store_init_configuration``, ``start`` and ``finish`` are optional).
     """
 
     name: str = "general"
@@ -65,21 +64,24 @@ class GeneralTracker(abc.ABC):
         """The underlying object (writer, run...) this tracker drives."""
         return self
 
-    def start(self) -> None:  # noqa: B027
+    def start(self) -> None:
         """Open the run (optional): ``Accelerator.init_trackers`` calls it before storing the config.
 
         Override it to create the run lazily, after the process group exists; the built-in
         trackers open theirs in ``__init__`` and keep this default, which does nothing.
         """
 
-    def store_init_configuration(self, values: Mapping[str, Any]) -> None:  # noqa: B027
+    def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Record the run's hyper-parameters (optional; the default keeps nothing)."""
 
-    @abc.abstractmethod
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Record ``values`` (name -> number or text) at ``step``."""
+        """Record ``values`` (name -> number or text) at ``step`` (the default keeps nothing).
 
-    def finish(self) -> None:  # noqa: B027
+        Not abstract, as in Accelerate: a tracker that only stores its configuration may
+        leave it out.
+        """
+
+    def finish(self) -> None:
         """Flush and close (optional; the default has nothing to close)."""
 
 
