@@ -292,3 +292,29 @@ def test_a_new_object_reusing_a_dead_objects_id_is_prepared_afresh():
         scheduler = accelerator.prepare(torch.optim.lr_scheduler.StepLR(optimizer, step_size=1))
         assert isinstance(scheduler, AcceleratedScheduler), type(scheduler)
         assert len(loader) == 4
+
+
+def test_save_model_writes_the_weights_of_an_offloaded_model(tmp_path):
+    # Regression: a module offloaded to disk kept meta tensors, and save_model refused them.
+    from accel.big_modeling import load_checkpoint_and_dispatch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+    )
+    inputs = torch.randn(3, 3)
+    model.eval()
+    expected = model(inputs)
+    accelerator = Accelerator(cpu=True)
+    accelerator.save_model(model, tmp_path / "first")
+    device_map = {"0": "cpu", "1": "disk", "2": "cpu"}
+    load_checkpoint_and_dispatch(
+        model, str(tmp_path / "first"), device_map=device_map, offload_folder=str(tmp_path / "off")
+    )
+    accelerator.save_model(model, tmp_path / "second")
+    fresh = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+    )
+    load_checkpoint_and_dispatch(fresh, str(tmp_path / "second"))
+    fresh.eval()
+    assert torch.allclose(fresh(inputs), expected, atol=1e-6)
