@@ -318,3 +318,14 @@ def test_save_model_writes_the_weights_of_an_offloaded_model(tmp_path):
     load_checkpoint_and_dispatch(fresh, str(tmp_path / "second"))
     fresh.eval()
     assert torch.allclose(fresh(inputs), expected, atol=1e-6)
+
+
+def test_a_quantized_model_offloaded_to_cpu_or_disk_is_refused():
+    # Accelerate refuses to train an 8-bit/4-bit model with CPU or disk offload (a ValueError).
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    model.is_loaded_in_8bit = True
+    model.hf_device_map = {"": "disk"}
+    with pytest.raises(AcceleratorConfigError, match="CPU or disk offload") as error:
+        accelerator.prepare_model(model)
+    assert isinstance(error.value, ValueError)

@@ -40,6 +40,7 @@ from accel.trackers_mixin import TrackersMixin
 from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
+from accel.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
@@ -340,6 +341,7 @@ class Accelerator(
         if existing is not None:
             return existing  # type: ignore[no-any-return]
         placement = self.device_placement if device_placement is None else device_placement
+        self._check_quantized_placement(model)
         if placement and not getattr(model, "hf_device_map", None):
             self._parameter_moves.update(move_model(model, self.device))
         self._parameter_moves.update(self.precision.prepare_model(model))
@@ -348,6 +350,53 @@ class Accelerator(
         prepared = self.strategy.compile(prepared, self.state.dynamo_plugin)
         self._models.append(prepared)
         return self._remember(model, prepared)  # type: ignore[no-any-return]
+
+    def _check_quantized_placement(self, model: torch.nn.Module) -> None:
+        """Refuse to train an 8-bit/4-bit model placed where it cannot be trained (as Accelerate).
+
+        Raises:
+            AcceleratorConfigError: The model is spread over several devices in a distributed job,
+                sits on another device than this process's, or is offloaded to CPU or disk.
+        """
+        quantized = getattr(model, "is_loaded_in_8bit", False) or getattr(
+            model, "is_loaded_in_4bit", False
+        )
+        device_map = getattr(model, "hf_device_map", None)
+        if not quantized or not device_map:
+            return
+        devices = {
+            str(device) if not isinstance(device, int) else device for device in device_map.values()
+        }
+        if len(devices) > 1 and self.state.partial.num_processes > 1:
+            raise AcceleratorConfigError(
+                "An 8-bit or 4-bit model spread over several devices cannot be trained in a "
+                f"distributed job (device_map values {sorted(map(str, devices))}); run one process "
+                "(naive pipeline parallelism), or load the model on one device per process."
+            )
+        if len(devices) == 1:
+            (only,) = devices
+            index = only if isinstance(only, int) else torch.device(only).index
+            multi_backend_cpu = (
+                self.device.type == "cpu" and is_bitsandbytes_multi_backend_available()
+            )
+            same = (
+                torch.device(self.device.type, index) == self.device if index is not None else True
+            )
+            if not multi_backend_cpu and not same and (self.device.index is not None or index != 0):
+                raise AcceleratorConfigError(
+                    f"The 8-bit or 4-bit model is on device {only!r} but this process trains on "
+                    f"{self.device}; load it with device_map={{'': {self.device.index or 0}}}."
+                )
+        cpu_offload = "cpu" in devices and (
+            not is_bitsandbytes_multi_backend_available() or is_xpu_available()
+        )
+        if cpu_offload or "disk" in devices:
+            raise AcceleratorConfigError(
+                "You can't train a model that has been loaded in 8-bit or 4-bit precision with "
+                "CPU or disk offload (device_map values "
+                f"{sorted(map(str, devices))}). Load it on the accelerator only, or install "
+                "bitsandbytes with multi-backend support to train it on the CPU."
+            )
 
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
