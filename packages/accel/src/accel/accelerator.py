@@ -373,7 +373,7 @@ class Accelerator(
                 f"distributed job (device_map values {sorted(map(str, devices))}); run one process "
                 "(naive pipeline parallelism), or load the model on one device per process."
             )
-        if len(devices) == 1:
+        if len(devices) == 1 and not devices & {"cpu", "disk"}:
             (only,) = devices
             index = only if isinstance(only, int) else torch.device(only).index
             multi_backend_cpu = (
