@@ -329,3 +329,13 @@ def test_a_quantized_model_offloaded_to_cpu_or_disk_is_refused():
     with pytest.raises(AcceleratorConfigError, match="CPU or disk offload") as error:
         accelerator.prepare_model(model)
     assert isinstance(error.value, ValueError)
+
+
+def test_save_and_load_custom_state_use_accelerates_file_names(tmp_path):
+    from accel.checkpointing import load_custom_state, save_custom_state
+
+    source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    save_custom_state(source, tmp_path, index=2)
+    assert (tmp_path / "custom_checkpoint_2.pkl").is_file()
+    load_custom_state(target, tmp_path, index=2)
+    assert torch.equal(source.weight, target.weight)
