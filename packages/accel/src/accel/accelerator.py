@@ -235,7 +235,7 @@ class Accelerator(
         self._dataloaders: list[Any] = []
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self._parameter_moves: ParameterMoves = {}
-        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_weak_unwrap(self))
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial)
 
@@ -622,16 +622,21 @@ def _merge_dataloader_options(
     return dataclasses.replace(base, **changes) if changes else base
 
 
-def _weak_unwrap(accelerator: Accelerator) -> Callable[[torch.nn.Module], torch.nn.Module]:
+class _WeakUnwrap:
     """``accelerator._plain_model`` without a strong reference to ``accelerator``.
 
     The checkpointer keeps it; a bound method would make a cycle, and an Accelerator (with
-    its prepared objects) would outlive its last user until the garbage collector ran.
+    its prepared objects) would outlive its last user until the garbage collector ran. It
+    pickles as a new weak reference to the (unpickled) Accelerator.
     """
-    method = weakref.WeakMethod(accelerator._plain_model)
 
-    def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-        bound = method()
-        return model if bound is None else bound(model)
+    def __init__(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = None if accelerator is None else weakref.ref(accelerator)
 
-    return unwrap
+    def __call__(self, model: torch.nn.Module) -> torch.nn.Module:
+        accelerator = None if self._accelerator is None else self._accelerator()
+        return model if accelerator is None else accelerator._plain_model(model)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        accelerator = None if self._accelerator is None else self._accelerator()
+        return (_WeakUnwrap, (accelerator,))
