@@ -113,6 +113,29 @@ def is_bitsandbytes_multi_backend_available() -> bool:
     return is_bnb_available()
 
 
+def is_tqdm_available() -> bool:
+    """Whether tqdm is installed."""
+    return _installed("tqdm")
+
+
+def is_torch_distributed_available() -> bool:
+    """Whether this torch build has ``torch.distributed``."""
+    import torch.distributed
+
+    return bool(torch.distributed.is_available())
+
+
+def is_numpy_available(min_version: str = "1.25.0") -> bool:
+    """Whether numpy is installed at version ``min_version`` or newer."""
+    if not _installed("numpy"):
+        return False
+    from importlib.metadata import version
+
+    from torch.torch_version import TorchVersion
+
+    return TorchVersion(version("numpy")) >= min_version
+
+
 def is_transformer_engine_mxfp8_available() -> bool:
     """Whether Transformer Engine is installed and a GPU is present for MXFP8."""
     import torch
