@@ -372,3 +372,13 @@ def test_sharded_states_are_written_inside_the_atomic_folder(tmp_path):
         save_state(tmp_path / "b", sharded_states=[3])  # type: ignore[list-item]
     with pytest.raises(InvalidArgumentError, match="one shared folder"):
         save_state(tmp_path / "b", sharded_states=[_FileState("s", 1)], save_on_each_node=True)
+
+
+def test_register_for_checkpointing_names_each_invalid_item_by_index():
+    # Accelerate's message, which its tests assert: "Item at index N" for each invalid object.
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(InvalidArgumentError) as error:
+        Checkpointer().register_for_checkpointing(torch.ones(1), torch.ones(2), model)
+    message = str(error.value)
+    assert "Item at index 0, `Tensor`" in message and "Item at index 1" in message
+    assert "Item at index 2" not in message and "state_dict" in message

@@ -22,6 +22,7 @@ from accel_data import (
     DataLoaderConfiguration,
     DataLoaderDispatcher,
     DataLoaderShard,
+    IterableDatasetShard,
     RNGSyncError,
     SeedableRandomSampler,
     get_sampler,
@@ -305,3 +306,46 @@ def test_batches_land_on_the_gpu():
     batch = next(iter(loader))
     assert batch["x"].device.type == "cuda" and batch["pair"][0].device.type == "cuda"
     assert batch["x"].cpu().tolist() == [[0, 0], [1, 2]]
+
+
+def test_dispatched_batches_may_hold_values_that_are_not_tensors():
+    # Regression: an iterable dataset (dispatched by default) whose batches held a string
+    # raised DispatchError; Accelerate gives every process such values as they are.
+    def collate(samples):
+        return {"tensor": torch.stack(samples), "name": "shared", "size": len(samples)}
+
+    loader = prepare_data_loader(
+        DataLoader(Stream(10), batch_size=4, collate_fn=collate),
+        dispatch_batches=True,
+        put_on_device=True,
+    )
+    assert isinstance(loader, DataLoaderDispatcher)
+    batches = list(loader)
+    assert [values(batch["tensor"]) for batch in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert {batch["name"] for batch in batches} == {"shared"}
+    assert [batch["size"] for batch in batches] == [4, 4, 2]
+
+
+def test_use_stateful_dataloader_makes_torchdata_stateful_dataloaders():
+    # Accelerate's loaders made with use_stateful_dataloader=True are StatefulDataLoaders.
+    stateful = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    for kind in (DataLoaderShard, DataLoaderDispatcher):
+        loader = kind(list(range(8)), batch_size=4, use_stateful_dataloader=True)
+        assert isinstance(loader, (kind, stateful)) and isinstance(loader, stateful)
+        assert loader.base_dataloader is loader
+        assert [values(batch) for batch in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert set(loader.state_dict()) >= {"epoch", "batches_yielded"}  # accel's own state
+    plain = DataLoaderShard(list(range(8)), batch_size=4)
+    assert not isinstance(plain, stateful) and plain.base_dataloader is plain
+    with pytest.raises(AttributeError):
+        _ = DataLoaderShard.base_dataloader
+
+
+def test_a_datasets_iterable_dataset_with_enough_shards_is_sharded_natively():
+    datasets = pytest.importorskip("datasets")
+    stream = datasets.Dataset.from_dict({"x": list(range(8))}).to_iterable_dataset(num_shards=2)
+    loader = prepare_data_loader(
+        DataLoader(stream, batch_size=2), num_processes=2, process_index=1, dispatch_batches=False
+    )
+    assert not isinstance(loader.dataset, IterableDatasetShard)
+    assert [values(batch["x"]) for batch in loader] == [[4, 5], [6, 7]]

@@ -6,8 +6,10 @@ from data_helpers import SizedStream, Stream, numbers, values
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from accel_data import (
+    DataLoaderDispatcher,
     DataLoaderShard,
     ResumeStateError,
+    SeedableRandomSampler,
     SkipDataLoader,
     prepare_data_loader,
     set_seed,
@@ -136,6 +138,19 @@ def test_skip_first_batches_of_a_prepared_dataloader():
         DataLoader(numbers(10), batch_size=2), put_on_device=True, dispatch_batches=True
     )
     assert [values(b) for b in skip_first_batches(dispatched, 3)] == [[6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("loader_class", [DataLoaderShard, DataLoaderDispatcher])
+def test_skip_first_batches_leaves_a_seedable_samplers_epoch_alone(loader_class):
+    # Regression: the dispatcher read two steps ahead, so the first batch after skipping to the
+    # epoch's last two finished the sampler's iteration and advanced its epoch from 1 to 2.
+    sampler = SeedableRandomSampler(numbers(16), data_seed=0)
+    loader = loader_class(numbers(16), batch_sampler=BatchSampler(sampler, 4, drop_last=False))
+    loader.set_epoch(1)
+    skipped = skip_first_batches(loader, 2)
+    next(iter(skipped))
+    assert sampler.epoch == 1
+    assert len(list(skipped)) == 2
 
 
 def test_resumed_iteration_leaves_the_global_generator_alone():

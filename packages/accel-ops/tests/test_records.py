@@ -81,3 +81,14 @@ def test_the_ring_keeps_the_newest_records_and_numbers_on():
     kept = records.records()
     assert len(kept) == records.RING_SIZE
     assert kept[0].seq == 6 and kept[-1].seq == records.RING_SIZE + 5
+
+
+def test_a_nested_tensor_operand_is_recorded_without_reading_its_shape():
+    # Regression: a nested tensor has no single shape; recording pad_across_processes's
+    # operand read ``.shape`` and raised "NestedTensorImpl doesn't support sizes".
+    nested = torch.nested.nested_tensor([[1, 2, 3], [1], [1, 2]])
+    with pytest.warns(accel_ops.CannotPadNestedTensorWarning):
+        assert accel_ops.pad_across_processes(nested) is nested
+    (entry,) = records.records()
+    assert entry.op == "pad_across_processes" and entry.state == "done"
+    assert "nested tensor of int64" in entry.describe()

@@ -52,6 +52,13 @@ def test_dataloader_references_start_with_none_and_end_with_the_active_loader():
     gradient_state.remove_dataloader(inner_loader)
     gradient_state.remove_dataloader(outer_loader)
     assert gradient_state.dataloader_references == [None]
+    # Accelerate's private spellings, which transformers and Accelerate's tests call.
+    gradient_state._add_dataloader(outer_loader)
+    assert gradient_state.active_dataloader is outer_loader
+    gradient_state._remove_dataloader(outer_loader)
+    gradient_state._set_sync_gradients(False)
+    assert gradient_state.sync_gradients is False
+    gradient_state._set_sync_gradients(True)
 
 
 @pytest.mark.timeout(120)

@@ -30,6 +30,7 @@ def test_round_trip_through_the_environment():
         downcast_bf16=True,
         fp8_backend="AO",
         fp8_config={"pad_inner_dim": True, "enable_fsdp_float8_all_gather": False},
+        torch_device="cuda:1",
     )
     environ = contract.to_env()
     assert all(name.startswith("ACCEL_") for name in environ)
@@ -131,3 +132,21 @@ def test_accelerate_fp8_variables_are_read_as_recipe_fields():
         {names.FP8_BACKEND: "AO", names.FP8_CONFIG: "{}", "ACCELERATE_FP8_BACKEND": "TE"}
     )
     assert ours.fp8_backend == "AO"
+
+
+def test_accelerates_dynamo_and_device_variables_are_read_where_accels_are_not_set():
+    # Regression: ACCELERATE_DYNAMO_* and ACCELERATE_TORCH_DEVICE were ignored.
+    accelerate = {
+        "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR",
+        "ACCELERATE_DYNAMO_MODE": "max-autotune",
+        "ACCELERATE_DYNAMO_USE_FULLGRAPH": "true",
+        "ACCELERATE_DYNAMO_USE_DYNAMIC": "false",
+        "ACCELERATE_TORCH_DEVICE": "cuda:3",
+    }
+    contract = LaunchContract.from_env(accelerate)
+    assert (contract.dynamo_backend, contract.dynamo_mode) == ("inductor", "max-autotune")
+    assert contract.dynamo_use_fullgraph and contract.dynamo_use_dynamic is False
+    assert contract.torch_device == "cuda:3"
+    own = {**accelerate, "ACCEL_DYNAMO_BACKEND": "eager", "ACCEL_TORCH_DEVICE": "cpu"}
+    contract = LaunchContract.from_env(own)
+    assert (contract.dynamo_backend, contract.torch_device) == ("eager", "cpu")

@@ -37,6 +37,7 @@ def test_dimension_names_follow_accelerate():
     assert config.dp_cp_dim_names == ["dp_replicate", "dp_shard", "cp"]
     assert config.fsdp_dim_names == ["dp_replicate", "dp_shard_cp"]
     assert config.mesh_layout() == (("dp_replicate", "dp_shard", "cp", "tp"), (2, 2, 2, 2))
+    assert config._get_mesh() == config.mesh_layout()  # Accelerate's private name, tests use it
     assert (config.data_parallel_size, config.non_data_parallel_size) == (4, 4)
     assert isinstance(config.tp_handler, TorchTensorParallelConfig)
     assert isinstance(config.cp_handler, TorchContextParallelConfig)
@@ -100,6 +101,11 @@ def test_unset_fields_read_accelerates_variables(monkeypatch):
     assert TorchContextParallelConfig().cp_comm_strategy == "alltoall"
     assert DeepSpeedSequenceParallelConfig().sp_seq_length_is_variable is False
     assert ParallelismConfig(tp_size=2).tp_size == 2  # an argument wins over the variable
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "ring")
+    with pytest.raises(ParallelismConfigError, match="Invalid cp_comm_strategy: ring"):
+        TorchContextParallelConfig()
+    with pytest.raises(ValueError, match="Invalid cp_comm_strategy: other"):
+        TorchContextParallelConfig(cp_comm_strategy="other")
 
 
 def test_malformed_variable_is_named(monkeypatch):

@@ -5,6 +5,7 @@ from accel_state import (
     DistributedType,
     GradientState,
     PartialState,
+    PartialStateResetError,
     StateConflictError,
     reset_state,
     snapshot,
@@ -33,6 +34,22 @@ def test_instances_share_one_record_and_reset_clears_it():
     reset_state()
     assert not PartialState._shared_state
     assert PartialState(cpu=True).initialized
+
+
+def test_reading_a_setting_after_a_reset_says_the_state_was_reset():
+    # Regression: a PartialState kept across _reset_state() raised KeyError: 'layout'.
+    state = PartialState(cpu=True)
+    state._reset_state()
+    with pytest.raises(AttributeError, match=r"PartialState._reset_state\(\)") as error:
+        _ = state.num_processes
+    assert isinstance(error.value, PartialStateResetError)
+    with pytest.raises(PartialStateResetError):
+        _ = state.device
+    state.extra = "value"  # setting attributes still works, as in Accelerate
+    assert state.extra == "value"
+    with pytest.raises(AttributeError, match="has no attribute 'missing'") as plain:
+        _ = PartialState(cpu=True).missing
+    assert not isinstance(plain.value, PartialStateResetError)
 
 
 def test_conflicting_request_after_initialisation(monkeypatch):

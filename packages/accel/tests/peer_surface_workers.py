@@ -91,7 +91,11 @@ def _reset_and_join(folder: pathlib.Path) -> dict:
 
     AcceleratorState._reset_state()
     out["local_main_after_reset"] = accelerator.is_local_main_process
-    out["process_index_after_reset"] = accelerator.process_index
+    out["is_main_after_reset"] = accelerator.is_main_process
+    try:  # ranks and sizes are refused after the reset, as in Accelerate
+        out["process_index_after_reset"] = accelerator.process_index
+    except StateResetError as error:
+        out["process_index_after_reset"] = str(error)
     try:
         accelerator.prepare(torch.nn.Linear(1, 1))
         out["prepare_after_reset"] = None

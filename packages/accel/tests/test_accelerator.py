@@ -65,6 +65,32 @@ def test_prepare_keeps_order_types_and_never_wraps_twice():
     assert accelerator.prepare(p_optimizer) is p_optimizer
     assert accelerator.prepare(loader) is p_loader
     assert accelerator.prepare(model) is accelerator.prepare(model)
+    # Accelerate's marker on every prepared object, which transformers and its tests read.
+    for obj in (p_loader, p_scheduler, p_optimizer, p_model):
+        assert obj._is_accelerate_prepared is True
+    assert not hasattr(text, "_is_accelerate_prepared")
+    p_optimizer._is_overflow = True  # Accelerate's private name for step_was_skipped
+    assert p_optimizer.step_was_skipped
+
+
+def test_an_accelerator_and_its_loader_are_freed_without_the_garbage_collector():
+    # Regression: the checkpointer held the Accelerator's bound method, a reference cycle
+    # that kept the Accelerator and everything it prepared alive until a collection.
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        accelerator = Accelerator(cpu=True)
+        loader = accelerator.prepare(DataLoader(list(range(8)), batch_size=2))
+        batches = iter(loader)
+        next(batches)
+        refs = [weakref.ref(accelerator), weakref.ref(loader)]
+        del accelerator, loader, batches
+        assert [ref() for ref in refs] == [None, None]
+    finally:
+        gc.enable()
 
 
 def test_device_placement_list_must_match():
@@ -266,3 +292,50 @@ def test_a_new_object_reusing_a_dead_objects_id_is_prepared_afresh():
         scheduler = accelerator.prepare(torch.optim.lr_scheduler.StepLR(optimizer, step_size=1))
         assert isinstance(scheduler, AcceleratedScheduler), type(scheduler)
         assert len(loader) == 4
+
+
+def test_save_model_writes_the_weights_of_an_offloaded_model(tmp_path):
+    # Regression: a module offloaded to disk kept meta tensors, and save_model refused them.
+    from accel.big_modeling import load_checkpoint_and_dispatch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+    )
+    inputs = torch.randn(3, 3)
+    model.eval()
+    expected = model(inputs)
+    accelerator = Accelerator(cpu=True)
+    accelerator.save_model(model, tmp_path / "first")
+    device_map = {"0": "cpu", "1": "disk", "2": "cpu"}
+    load_checkpoint_and_dispatch(
+        model, str(tmp_path / "first"), device_map=device_map, offload_folder=str(tmp_path / "off")
+    )
+    accelerator.save_model(model, tmp_path / "second")
+    fresh = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+    )
+    load_checkpoint_and_dispatch(fresh, str(tmp_path / "second"))
+    fresh.eval()
+    assert torch.allclose(fresh(inputs), expected, atol=1e-6)
+
+
+def test_a_quantized_model_offloaded_to_cpu_or_disk_is_refused():
+    # Accelerate refuses to train an 8-bit/4-bit model with CPU or disk offload (a ValueError).
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    model.is_loaded_in_8bit = True
+    model.hf_device_map = {"": "disk"}
+    with pytest.raises(AcceleratorConfigError, match="CPU or disk offload") as error:
+        accelerator.prepare_model(model)
+    assert isinstance(error.value, ValueError)
+
+
+def test_save_and_load_custom_state_use_accelerates_file_names(tmp_path):
+    from accel.checkpointing import load_custom_state, save_custom_state
+
+    source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    save_custom_state(source, tmp_path, index=2)
+    assert (tmp_path / "custom_checkpoint_2.pkl").is_file()
+    load_custom_state(target, tmp_path, index=2)
+    assert torch.equal(source.weight, target.weight)

@@ -25,7 +25,7 @@ from accel.compilation import compile_model
 from accel.local_sgd import LocalSGD
 from accel.state import AcceleratorState, PartialState
 from accel.utils import DynamoBackend
-from accel_state import DistributedType, LaunchContract
+from accel_state import DistributedType, LaunchContract, reset_state
 from accel_state.testing import spawn_workers
 
 MODULE_NAMES = {
@@ -281,6 +281,33 @@ def test_dynamo_plugin_keyword_and_backend_enum():
     assert [m.name for m in DynamoBackend][:4] == ["NO", "EAGER", "AOT_EAGER", "INDUCTOR"]
 
 
+def test_dynamo_plugin_reads_the_launchers_variables(monkeypatch):
+    # Regression: TorchDynamoPlugin() ignored ACCELERATE_DYNAMO_* (what `accelerate launch` sets).
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "AOT_EAGER")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "true")
+    plugin = TorchDynamoPlugin()
+    assert (plugin.backend, plugin.mode) == ("aot_eager", "reduce-overhead")
+    assert plugin.fullgraph and plugin.dynamic and plugin.use_regional_compilation
+    explicit = TorchDynamoPlugin(backend="eager", fullgraph=False, use_regional_compilation=False)
+    assert explicit.backend == "eager" and not explicit.fullgraph
+    assert not explicit.use_regional_compilation
+    monkeypatch.setenv("ACCEL_DYNAMO_BACKEND", "inductor")  # accel's own variable wins
+    assert TorchDynamoPlugin().backend == "inductor"
+
+
+def test_accelerate_torch_device_picks_the_device(monkeypatch):
+    # Regression: Accelerator().device ignored ACCELERATE_TORCH_DEVICE.
+    reset_state()
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "cpu:3")
+    try:
+        assert Accelerator().device == torch.device("cpu", 3)
+    finally:
+        reset_state()
+
+
 def test_regional_compilation_compiles_the_repeated_blocks_only():
     model = torch.nn.Sequential(
         torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)]), torch.nn.Linear(3, 1)
@@ -292,6 +319,34 @@ def test_regional_compilation_compiles_the_repeated_blocks_only():
     assert model[1]._compiled_call_impl is None
     out = blocks[1](blocks[0](torch.ones(1, 3)))
     assert out.shape == (1, 3)
+
+
+def test_compile_regions_returns_a_twin_and_leaves_the_model_alone():
+    # Regression: compile_regions compiled the caller's module in place; Accelerate returns a
+    # new module (sharing parameters) and leaves the original uncompiled.
+    from accel.utils import compile_regions, extract_model_from_parallel, has_compiled_regions
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)])
+            self.head = torch.nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+
+    model = Net()
+    twin = compile_regions(model, backend="eager")
+    assert twin is not model and twin._orig_mod is model
+    assert not has_compiled_regions(model) and has_compiled_regions(twin)
+    assert all(block._compiled_call_impl is None for block in model.blocks)
+    assert twin.blocks[0]._orig_mod is model.blocks[0] and twin.head._orig_mod is model.head
+    assert twin.head.weight is model.head.weight  # parameters are shared
+    assert torch.equal(twin(torch.ones(2, 3)), model(torch.ones(2, 3)))
+    assert extract_model_from_parallel(twin, keep_torch_compile=False) is model
+    assert extract_model_from_parallel(twin) is twin
 
 
 def test_ddp_comm_hook_settings_are_validated():

@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from accel import Accelerator, AcceleratorConfigError, GeneralTracker
+from accel import Accelerator, AcceleratorConfigError, GeneralTracker, tracking
 from accel.logging import get_logger
 from accel.tracking import resolve_trackers, tensorboard_available
 from accel.utils import find_executable_batch_size, tqdm
@@ -86,10 +86,51 @@ def test_custom_tracker_and_get_tracker():
 def test_tracker_errors_name_the_fix():
     with pytest.raises(AcceleratorConfigError, match="not a known tracker"):
         resolve_trackers("wandb-typo")
-    accelerator = Accelerator(cpu=True, log_with="jsonl")
     with pytest.raises(AcceleratorConfigError, match="pass project_dir"):
-        accelerator.init_trackers("run")
+        Accelerator(cpu=True, log_with="jsonl")
     assert "jsonl" in resolve_trackers("all") and "csv" in resolve_trackers("all")
+    # "all" leaves out the trackers that write files when there is nowhere to write them.
+    assert "jsonl" not in Accelerator(cpu=True, log_with="all").log_with
+
+
+class _Registered(GeneralTracker):
+    name = "registered_for_test"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: str, **kwargs: object) -> None:
+        self.run_name, self.logging_dir, self.logged = run_name, logging_dir, []
+
+    def log(self, values, step=None, **kwargs):
+        self.logged.append((dict(values), step))
+
+
+def test_a_registered_tracker_class_is_created_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking, "LOGGER_TYPE_TO_CLASS", dict(tracking.LOGGER_TYPE_TO_CLASS))
+    tracking.register_tracker_class(_Registered)
+    with pytest.raises(AcceleratorConfigError, match="needs a logging_dir"):
+        Accelerator(cpu=True, log_with=_Registered.name)
+    accelerator = Accelerator(cpu=True, log_with=_Registered.name, project_dir=str(tmp_path))
+    accelerator.init_trackers("run")
+    accelerator.log({"loss": 1.0}, step=3)
+    tracker = accelerator.get_tracker(_Registered.name)
+    assert isinstance(tracker, _Registered) and tracker.logging_dir == str(tmp_path)
+    assert tracker.run_name == "run" and tracker.logged == [({"loss": 1.0}, 3)]
+    accelerator.end_training()
+    with pytest.warns(UserWarning, match="already registered"):
+        tracking.register_tracker_class(_Registered)
+    with pytest.raises(AcceleratorConfigError, match="GeneralTracker"):
+        tracking.register_tracker_class(dict)  # type: ignore[arg-type]
+
+    class Nameless(GeneralTracker):
+        requires_logging_directory = False
+
+    class NoFlag(GeneralTracker):
+        name = "no_flag"
+
+    with pytest.raises(AcceleratorConfigError, match="`name`"):
+        tracking.register_tracker_class(Nameless)
+    with pytest.raises(AcceleratorConfigError, match="requires_logging_directory"):
+        tracking.register_tracker_class(NoFlag)
 
 
 def _logging_in_order(path: str) -> None:

@@ -59,12 +59,16 @@ class Checkpointer:
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Add objects with ``state_dict``/``load_state_dict`` to every save and load."""
         bad = [
-            f"{i}: {type(o).__name__}" for i, o in enumerate(objects) if not isinstance(o, Stateful)
+            f"- Item at index {i}, `{type(o).__name__}`"
+            for i, o in enumerate(objects)
+            if not isinstance(o, Stateful)
         ]
         if bad:
+            lines = "\n".join(bad)
             raise InvalidArgumentError(
-                f"Objects need state_dict() and load_state_dict() to be checkpointed; these lack "
-                f"them: {', '.join(bad)}."
+                "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                f"stored. The following inputs are invalid:\n{lines}\nWrap each in an object "
+                "with state_dict() and load_state_dict(), or save it yourself."
             )
         self.custom_objects.extend(objects)
 

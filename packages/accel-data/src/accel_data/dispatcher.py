@@ -23,7 +23,6 @@ from accel_ops import (
     initialize_tensors,
     recursively_apply,
     send_to_device,
-    slice_tensors,
 )
 from accel_ops.errors import AccelOpsError
 from accel_state.partial_state import PartialState
@@ -39,6 +38,25 @@ class Round:
     structure: Any  # the batch with every tensor replaced by its shape and dtype
     real: int  # samples read from the dataset for this step
     last: bool  # whether it is the epoch's last step
+
+
+def slice_batch(
+    batch: Any,
+    tensor_slice: slice,
+    process_index: int | None = None,
+    num_processes: int | None = None,
+) -> Any:
+    """The default dispatch slice: every tensor of ``batch`` indexed by ``tensor_slice``.
+
+    Other values (a string, a number...) are not per-sample data: every process gets them as
+    they are, as Accelerate's dispatcher does. ``process_index`` and ``num_processes`` are part
+    of the ``slice_fn`` signature and unused here.
+    """
+    return recursively_apply(_index_tensor, batch, tensor_slice)
+
+
+def _index_tensor(tensor: torch.Tensor, tensor_slice: slice) -> torch.Tensor:
+    return tensor[tensor_slice]
 
 
 class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
@@ -57,7 +75,8 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         skip_batches: Batches (of this loader) to leave out at the start of every iteration.
         use_stateful_dataloader: Accepted for Accelerate compatibility (state is built in).
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)`` cutting a batch;
-            default :func:`accel_ops.slice_tensors`.
+            default :func:`slice_batch` (every tensor sliced, other values given to every
+            process as they are, as in Accelerate).
         even_batches: Complete the last round with samples from the start of the epoch.
         synchronized_generator: The sampler's generator (its state goes into ``state_dict``).
         **kwargs: The ``DataLoader`` arguments.
@@ -86,7 +105,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         self.split_batches = split_batches
         self.skip_batches = skip_batches
         self.use_stateful_dataloader = use_stateful_dataloader
-        self.slice_fn: SliceFn = slice_tensors if slice_fn is None else slice_fn
+        self.slice_fn: SliceFn = slice_batch if slice_fn is None else slice_fn
         self.even_batches = even_batches
         self.synchronized_generator = synchronized_generator
         self._drop_last = _drop_last
@@ -227,6 +246,10 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         start = self._shard * per
         return start, min(start + per, per * n if pad else real), pad
 
+    def _uneven_tail(self) -> bool:
+        """Whether the epoch's final step may leave some process without a batch."""
+        return self._shards > 1 and not self.even_batches and not self._drop_last
+
     def _gets_part(self, real: int) -> bool:
         start, stop, _ = self._my_range(real)
         return start < stop
@@ -284,17 +307,27 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                 batch = self._materialize(local, announced)
                 if first is None:
                     first = self._slice(batch, slice(0, self._shards))
+                # Read the next step before yielding only where this batch may be this process's
+                # last without being the epoch's (an uneven final step that gives it nothing):
+                # reading further ahead would finish the sampler's iteration (and so advance
+                # a seedable sampler's epoch) earlier than the batches handed out require.
+                look_ahead = not announced.last and self._uneven_tail()
                 local, following = None, None
-                if not announced.last:
+                if look_ahead:
                     local, following = self._next_round(rounds)
                 mine = self._my_part(batch, announced.real, first)
-                final = announced if following is None else following
-                if following is None or (following.last and not self._gets_part(following.real)):
-                    # This process's last batch: nothing for it in the final step, if any.
-                    self.signal_last_batch(final.real)
+                if announced.last:
+                    self.signal_last_batch(announced.real)
+                elif (
+                    following is not None and following.last and not self._gets_part(following.real)
+                ):
+                    # This process's last batch: nothing for it in the final step.
+                    self.signal_last_batch(following.real)
                 if mine is not None:
                     self._batches_yielded += 1
                     yield mine
+                if not announced.last and not look_ahead:
+                    local, following = self._next_round(rounds)
                 announced = following
             self._complete_epoch()
         finally:

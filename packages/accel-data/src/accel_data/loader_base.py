@@ -63,6 +63,46 @@ class ResumePoint:
     base_rng_state: torch.Tensor | None
 
 
+_STATEFUL_VARIANTS: dict[type, type] = {}
+
+
+def stateful_dataloader_class() -> type | None:
+    """Torchdata's ``StatefulDataLoader`` class, or ``None`` when torchdata lacks it."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        return None
+    return StatefulDataLoader  # type: ignore[no-any-return]
+
+
+def stateful_variant(cls: type) -> type:
+    """``cls`` also deriving from torchdata's ``StatefulDataLoader`` (``cls`` without torchdata).
+
+    Accelerate's loaders made with ``use_stateful_dataloader=True`` are ``StatefulDataLoader``
+    instances, which code checks with ``isinstance``. The variant iterates, checkpoints and
+    resumes as ``cls`` does: its own ``state_dict`` comes first in the method order.
+    """
+    stateful = stateful_dataloader_class()
+    if stateful is None or issubclass(cls, stateful):
+        return cls
+    variant = _STATEFUL_VARIANTS.get(cls)
+    if variant is None:
+        variant = type(cls.__name__, (cls, stateful), {"__module__": cls.__module__})
+        variant.__qualname__ = f"{cls.__qualname__}.stateful"
+        _STATEFUL_VARIANTS[cls] = variant
+        cls.stateful = variant  # type: ignore[attr-defined]  # so that pickle finds it
+    return variant
+
+
+class _ItSelf:
+    """A descriptor giving the instance itself (the class has no such attribute, as in Accelerate)."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            raise AttributeError("base_dataloader is an attribute of dataloader instances")
+        return instance
+
+
 class DataLoaderStateMixin:
     """End-of-epoch signalling into ``GradientState``, the epoch counter, and exact resume.
 
@@ -95,7 +135,21 @@ class DataLoaderStateMixin:
     _epoch_generator_state: torch.Tensor | None = None
     _epoch_base_rng_state: torch.Tensor | None = None
 
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        """A ``StatefulDataLoader`` too when ``use_stateful_dataloader`` (and torchdata is there)."""
+        if use_stateful_dataloader:
+            cls = stateful_variant(cls)
+        return super().__new__(cls)
+
+    #: Accelerate's wrapped loader: accel's loaders are the ``DataLoader`` themselves.
+    base_dataloader = _ItSelf()
+
     # ------------------------------------------------------------------ GradientState
+    @property
+    def gradient_state(self) -> GradientState:
+        """The process's :class:`~accel_state.GradientState` (Accelerate's attribute)."""
+        return GradientState()
+
     def reset(self) -> None:
         """Clear the end-of-dataloader flag and the remainder."""
         self.end_of_dataloader = False

@@ -115,7 +115,14 @@ def prepare_data_loader(
         dataset_generator = getattr(dataset, "generator", None)
         if isinstance(dataset_generator, torch.Generator):
             generator = dataset_generator
-        if num_processes > 1 and not dispatch_batches:
+        if (
+            num_processes > 1
+            and not dispatch_batches
+            and _shards_natively(dataset, num_processes, split_batches)
+        ):
+            # A Hugging Face IterableDataset with enough shards: each process reads its own.
+            dataset = dataset.shard(num_shards=num_processes, index=process_index)  # type: ignore[attr-defined]
+        elif num_processes > 1 and not dispatch_batches:
             dataset = IterableDatasetShard(
                 dataset,  # type: ignore[arg-type]
                 batch_size=dataloader.batch_size,
@@ -251,3 +258,20 @@ def _agreed_seed(data_seed: int | None) -> int:
     if PartialState().num_processes > 1:
         broadcast_object_list(message)
     return int(message[0])
+
+
+def _shards_natively(dataset: Any, num_processes: int, split_batches: bool) -> bool:
+    """Whether ``dataset`` is a ``datasets.IterableDataset`` with a shard for every process.
+
+    As Accelerate does, such a dataset is split by its own ``shard()`` (whole files per process)
+    instead of reading every sample on every process and keeping one batch in ``num_processes``.
+    """
+    module = type(dataset).__module__ or ""
+    shards = getattr(dataset, "n_shards", None)
+    return (
+        not split_batches
+        and module.split(".")[0] == "datasets"
+        and isinstance(shards, int)
+        and shards >= num_processes
+        and callable(getattr(dataset, "shard", None))
+    )

@@ -88,7 +88,7 @@ def check_split_batch_size(batch_size: int | None, num_processes: int, where: st
     if batch_size % num_processes != 0:
         raise BatchSizeError(
             f"split_batches=True splits each batch between the processes, but batch_size="
-            f"{batch_size} ({where}) is not a multiple of num_processes={num_processes}. Use a "
+            f"{batch_size} ({where}) is not a round multiple of num_processes={num_processes}. Use a "
             f"batch size divisible by {num_processes} (e.g. "
             f"{max(num_processes, batch_size // num_processes * num_processes)}), or "
             "split_batches=False."

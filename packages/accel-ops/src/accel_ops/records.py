@@ -181,7 +181,11 @@ class CollectiveRing:
         entry = self.slots[seq % self.size]
         entry.seq, entry.op, entry.state, entry.phase = seq, op, ENTERED, ""
         entry.started = time.monotonic()
-        if isinstance(operand, torch.Tensor):
+        if isinstance(operand, torch.Tensor) and operand.is_nested:
+            # A nested tensor has no single shape (reading .shape raises): record its kind only.
+            dtype = str(operand.dtype).removeprefix("torch.")
+            entry.shape, entry.dtype, entry.kind = None, None, f"nested tensor of {dtype}"
+        elif isinstance(operand, torch.Tensor):
             entry.shape, entry.dtype, entry.kind = operand.shape, operand.dtype, None
         else:
             entry.shape, entry.dtype, entry.kind = None, None, _kind(operand)

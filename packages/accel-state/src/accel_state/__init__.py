@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ParallelismConfigError": "accel_state.errors",
     "ProcessGroupError": "accel_state.errors",
     "StateConflictError": "accel_state.errors",
+    "PartialStateResetError": "accel_state.errors",
     "GradientState": "accel_state.gradient_state",
     "PartialState": "accel_state.partial_state",
     "DeepSpeedSequenceParallelConfig": "accel_state.parallelism_config",
@@ -128,6 +129,9 @@ if TYPE_CHECKING:
     )
     from accel_state.errors import (
         ParallelismConfigError as ParallelismConfigError,
+    )
+    from accel_state.errors import (
+        PartialStateResetError as PartialStateResetError,
     )
     from accel_state.errors import (
         ProcessGroupError as ProcessGroupError,

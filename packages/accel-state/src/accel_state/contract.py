@@ -43,6 +43,12 @@ Variable                               Meaning
 once (``accel launch --dynamo_use_regional_compilation``; Accelerate's
 ``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`` is read too).
 
+Accelerate's spellings of the ``torch.compile`` settings, ``ACCELERATE_DYNAMO_BACKEND``,
+``ACCELERATE_DYNAMO_MODE``, ``ACCELERATE_DYNAMO_USE_FULLGRAPH`` and
+``ACCELERATE_DYNAMO_USE_DYNAMIC``, are read where accel's own variable is not set.
+``ACCELERATE_TORCH_DEVICE`` (Accelerate's name; ``ACCEL_TORCH_DEVICE`` too) names the device a
+worker computes on (``cuda:1``, ``cpu``...), overriding the automatic choice.
+
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
 restarted the worker group (``restart_count``).
 
@@ -78,6 +84,14 @@ DYNAMO_USE_DYNAMIC = "ACCEL_DYNAMO_USE_DYNAMIC"
 DYNAMO_USE_REGIONAL_COMPILATION = "ACCEL_DYNAMO_USE_REGIONAL_COMPILATION"
 #: Accelerate's spelling, read too.
 ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION = "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"
+#: Accelerate's spellings of the other ``torch.compile`` settings (accel's own variable wins).
+ACCELERATE_DYNAMO_BACKEND = "ACCELERATE_DYNAMO_BACKEND"
+ACCELERATE_DYNAMO_MODE = "ACCELERATE_DYNAMO_MODE"
+ACCELERATE_DYNAMO_USE_FULLGRAPH = "ACCELERATE_DYNAMO_USE_FULLGRAPH"
+ACCELERATE_DYNAMO_USE_DYNAMIC = "ACCELERATE_DYNAMO_USE_DYNAMIC"
+#: The device to compute on, overriding the automatic choice (accel's and Accelerate's names).
+TORCH_DEVICE = "ACCEL_TORCH_DEVICE"
+ACCELERATE_TORCH_DEVICE = "ACCELERATE_TORCH_DEVICE"
 USE_DEEPSPEED = "ACCEL_USE_DEEPSPEED"
 ACCELERATE_USE_DEEPSPEED = "ACCELERATE_USE_DEEPSPEED"
 DEEPSPEED_CONFIG = "ACCEL_DEEPSPEED_CONFIG"
@@ -136,6 +150,7 @@ ALL_VARIABLES = (
     USE_PARALLELISM_CONFIG,
     FP8_BACKEND,
     FP8_CONFIG,
+    TORCH_DEVICE,
 )
 
 BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]
@@ -185,6 +200,11 @@ def _accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
             value = int(value)
         config[key] = value
     return config
+
+
+def _first_set(environ: Mapping[str, str], own: str, accelerate: str) -> str:
+    """``own`` (accel's variable) when it holds a value, else Accelerate's spelling ``accelerate``."""
+    return own if environ.get(own, "").strip() else accelerate
 
 
 def parallelism_variable(key: str) -> str:
@@ -286,6 +306,7 @@ class LaunchContract:
     fp8_backend: str | None = None
     fp8_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     restart_count: int = 0
+    torch_device: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mixed_precision", _to_precision(self.mixed_precision))
@@ -322,7 +343,10 @@ class LaunchContract:
 
         """
         env = os.environ if environ is None else environ
-        dynamic_raw = env.get(DYNAMO_USE_DYNAMIC)
+        dynamic_name = _first_set(env, DYNAMO_USE_DYNAMIC, ACCELERATE_DYNAMO_USE_DYNAMIC)
+        fullgraph_name = _first_set(env, DYNAMO_USE_FULLGRAPH, ACCELERATE_DYNAMO_USE_FULLGRAPH)
+        dynamo_backend = env.get(_first_set(env, DYNAMO_BACKEND, ACCELERATE_DYNAMO_BACKEND), "")
+        torch_device = env.get(_first_set(env, TORCH_DEVICE, ACCELERATE_TORCH_DEVICE), "").strip()
         backend = read_choice(env, BACKEND, BACKENDS, "") or None
         use_deepspeed = read_bool(env, USE_DEEPSPEED) or read_bool(env, ACCELERATE_USE_DEEPSPEED)
         use_fsdp = read_bool(env, USE_FSDP) or read_bool(env, ACCELERATE_USE_FSDP)
@@ -339,11 +363,11 @@ class LaunchContract:
                 env, GRADIENT_ACCUMULATION_STEPS, default=1, minimum=1
             ),
             debug=read_bool(env, DEBUG_MODE) or read_bool(env, ACCELERATE_DEBUG_MODE),
-            dynamo_backend=(env.get(DYNAMO_BACKEND) or "no").strip().lower(),
-            dynamo_mode=env.get(DYNAMO_MODE) or None,
-            dynamo_use_fullgraph=read_bool(env, DYNAMO_USE_FULLGRAPH),
+            dynamo_backend=(dynamo_backend or "no").strip().lower(),
+            dynamo_mode=env.get(_first_set(env, DYNAMO_MODE, ACCELERATE_DYNAMO_MODE)) or None,
+            dynamo_use_fullgraph=read_bool(env, fullgraph_name),
             dynamo_use_dynamic=(
-                None if dynamic_raw in (None, "") else read_bool(env, DYNAMO_USE_DYNAMIC)
+                read_bool(env, dynamic_name) if env.get(dynamic_name, "").strip() else None
             ),
             dynamo_use_regional_compilation=read_bool(env, DYNAMO_USE_REGIONAL_COMPILATION)
             or read_bool(env, ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION),
@@ -360,6 +384,7 @@ class LaunchContract:
             fp8_backend=_read_fp8_backend(env),
             fp8_config=_read_json_object(env, FP8_CONFIG) or _accelerate_fp8_config(env),
             restart_count=read_int(env, RESTART_COUNT, default=0, minimum=0),
+            torch_device=torch_device or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -399,6 +424,8 @@ class LaunchContract:
             env[FP8_BACKEND] = self.fp8_backend
         if self.fp8_config:
             env[FP8_CONFIG] = json.dumps(self.fp8_config, sort_keys=True)
+        if self.torch_device is not None:
+            env[TORCH_DEVICE] = self.torch_device
         return env
 
 

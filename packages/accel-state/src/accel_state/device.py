@@ -61,6 +61,26 @@ def select_device(
     return torch.device("cpu")
 
 
+def use_named_device(name: str) -> torch.device:
+    """The device called ``name`` (``ACCELERATE_TORCH_DEVICE``), made current where that applies.
+
+    Raises:
+        DeviceSelectionError: ``name`` is not a device torch knows.
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as error:
+        raise DeviceSelectionError(
+            f"ACCELERATE_TORCH_DEVICE={name!r} is not a torch device ({error}); use a name such "
+            "as 'cuda:0', 'xpu:1' or 'cpu', or unset it to let accel choose."
+        ) from None
+    module = getattr(torch, device.type, None)
+    set_device = getattr(module, "set_device", None)
+    if device.type not in ("cpu", "meta") and callable(set_device):
+        set_device(device)
+    return device
+
+
 def _indexed_device(
     kind: str, count: int, layout: ProcessLayout, set_device: object
 ) -> torch.device:

@@ -65,6 +65,13 @@ class ParallelMesh:
         rank: int | None = None,
     ) -> None:
         initialized = dist.is_available() and dist.is_initialized()
+        if world_size is None and not initialized:
+            # No process group yet: a fully given config is trusted (torch's init_device_mesh
+            # starts the group and checks it), as Accelerate's build_device_mesh does.
+            from accel_state.parallelism_config import AUTO, MESH_ORDER
+
+            sizes = [config.size(dim) for dim in MESH_ORDER]
+            world_size = 1 if AUTO in sizes else config.total_size
         self.world_size = (
             world_size if world_size is not None else (dist.get_world_size() if initialized else 1)
         )
@@ -87,7 +94,7 @@ class ParallelMesh:
             self._world = init_device_mesh(self.device_type, self.shape, mesh_dim_names=self.names)
             for name, dims in _flattened_dims(self.config).items():
                 if dims:
-                    self._flattened[name] = self._world[tuple(dims)]._flatten(name)
+                    self._flattened[name] = self._world[list(dims)]._flatten(name)
             if not _BUILT:  # (re-)register once: atexit would call a hook twice
                 atexit.unregister(_release_at_exit)
                 atexit.register(_release_at_exit)

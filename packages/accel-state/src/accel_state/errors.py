@@ -25,3 +25,10 @@ class StateConflictError(AccelStateError, RuntimeError):
 
 class ParallelismConfigError(AccelStateError, ValueError):
     """A ``ParallelismConfig`` degree or setting is invalid, or does not fit the job."""
+
+
+class PartialStateResetError(AccelStateError, AttributeError):
+    """A setting of a ``PartialState`` read after ``PartialState._reset_state()`` cleared it.
+
+    An ``AttributeError`` too, as Accelerate raises there: the setting is no longer an attribute.
+    """

@@ -130,6 +130,27 @@ class GradientState:
         """Set whether the current micro-step synchronises gradients and steps the optimizer."""
         self.sync_gradients = sync_gradients
 
+    # Accelerate's private spellings, which transformers and Accelerate's tests call.
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        """Accelerate's name for :meth:`set_sync_gradients`."""
+        self.set_sync_gradients(sync_gradients)
+
+    def _add_dataloader(self, dataloader: Any) -> None:
+        """Accelerate's name for :meth:`add_dataloader`."""
+        self.add_dataloader(dataloader)
+
+    def _remove_dataloader(self, dataloader: Any) -> None:
+        """Accelerate's name for :meth:`remove_dataloader`."""
+        self.remove_dataloader(dataloader)
+
+    def _set_end_of_dataloader(self, end_of_dataloader: bool) -> None:
+        """Accelerate's name for :meth:`set_end_of_dataloader`."""
+        self.set_end_of_dataloader(end_of_dataloader)
+
+    def _set_remainder(self, remainder: int) -> None:
+        """Accelerate's name for :meth:`set_remainder`."""
+        self.set_remainder(remainder)
+
     def __repr__(self) -> str:
         return (
             f"GradientState(sync_gradients={self.sync_gradients}, "

@@ -107,6 +107,13 @@ class TorchContextParallelConfig:
 
     def __post_init__(self) -> None:
         strategy = _setting(self.cp_comm_strategy, "cp_comm_strategy", str, "allgather")
+        if str(strategy).strip().lower() not in CP_COMM_STRATEGIES:
+            # Accelerate's wording, which its tests match.
+            raise ParallelismConfigError(
+                f"Invalid cp_comm_strategy: {strategy}. Must be one of 'allgather' or "
+                "'alltoall' (set in TorchContextParallelConfig(cp_comm_strategy=...) or "
+                "PARALLELISM_CONFIG_CP_COMM_STRATEGY)."
+            )
         self.cp_comm_strategy = _choice("cp_comm_strategy", strategy, CP_COMM_STRATEGIES)
 
 
@@ -328,6 +335,10 @@ class ParallelismConfig:
         """Names and sizes of the enabled dimensions in mesh order (empty when none is)."""
         dims = [dim for dim in MESH_ORDER if self.size(dim) > 1]
         return tuple(dims), tuple(self.size(dim) for dim in dims)
+
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """Accelerate's private name for :meth:`mesh_layout` (``(dim_names, sizes)``)."""
+        return self.mesh_layout()
 
     # ------------------------------------------------------------------ sizes
     @property

@@ -19,9 +19,9 @@ import torch.distributed as dist
 
 from accel_state.cluster import ProcessLayout, resolve_cluster_environment
 from accel_state.contract import LaunchContract
-from accel_state.device import select_backend, select_device
+from accel_state.device import select_backend, select_device, use_named_device
 from accel_state.device_mesh import activate, active_parallel_mesh
-from accel_state.errors import StateConflictError
+from accel_state.errors import PartialStateResetError, StateConflictError
 from accel_state.process_group import (
     lower_timeouts,
     resolve_timeout,
@@ -75,7 +75,10 @@ class PartialState:
         environment = resolve_cluster_environment(env)
         layout = environment.layout(env)
         use_xla = bool(env.get("PJRT_DEVICE")) and not use_cpu
-        device = select_device(layout, use_cpu=use_cpu, use_xla=use_xla)
+        if contract.torch_device is not None and not use_cpu:
+            device = use_named_device(contract.torch_device)
+        else:
+            device = select_device(layout, use_cpu=use_cpu, use_xla=use_xla)
         chosen_backend = select_backend(device, backend or contract.backend)
         owns_group = False
         timeouts = resolve_timeout(timeout, contract.process_group_timeout)
@@ -108,6 +111,23 @@ class PartialState:
         """Forget the shared state without touching the process group (tests only)."""
         cls._shared_state.clear()
 
+    def _require(self, key: str) -> Any:
+        """The shared setting ``key``, or an error explaining that the state was reset.
+
+        Raises:
+            PartialStateResetError: ``PartialState._reset_state()`` (or
+                ``accel_state.reset_state()``) cleared the settings after this object was made.
+        """
+        try:
+            return self._shared_state[key]
+        except KeyError:
+            raise PartialStateResetError(
+                f"`PartialState` object has no attribute `{key}`. This happens if "
+                "`PartialState._reset_state()` (or accel_state.reset_state()) was called and an "
+                "`Accelerator` or `PartialState` was not reinitialized: create a new "
+                "PartialState() after the reset and use that one."
+            ) from None
+
     def _check_compatible(self, cpu: bool, backend: str | None) -> None:
         if cpu and self.device.type != "cpu":
             raise StateConflictError(
@@ -123,17 +143,17 @@ class PartialState:
     @property
     def layout(self) -> ProcessLayout:
         """Ranks, sizes and rendezvous address of this process."""
-        return self._shared_state["layout"]  # type: ignore[no-any-return]
+        return self._require("layout")  # type: ignore[no-any-return]
 
     @property
     def contract(self) -> LaunchContract:
         """The launcher settings this process was started with."""
-        return self._shared_state["contract"]  # type: ignore[no-any-return]
+        return self._require("contract")  # type: ignore[no-any-return]
 
     @property
     def device(self) -> torch.device:
         """The device this process computes on."""
-        return self._shared_state["device"]  # type: ignore[no-any-return]
+        return self._require("device")  # type: ignore[no-any-return]
 
     @property
     def default_device(self) -> torch.device:
@@ -170,17 +190,17 @@ class PartialState:
     @property
     def backend(self) -> str | None:
         """The communication backend, or ``None`` for a single process."""
-        return self._shared_state["backend"]  # type: ignore[no-any-return]
+        return self._require("backend")  # type: ignore[no-any-return]
 
     @property
     def timeout(self) -> datetime.timedelta:
         """How long a collective may wait now before this process raises."""
-        return self._shared_state["timeout"]  # type: ignore[no-any-return]
+        return self._require("timeout")  # type: ignore[no-any-return]
 
     @property
     def collective_timeout(self) -> datetime.timedelta:
         """The timeout once the first training step is done (see :meth:`lower_timeouts`)."""
-        return self._shared_state["timeouts"].collective  # type: ignore[no-any-return]
+        return self._require("timeouts").collective  # type: ignore[no-any-return]
 
     def lower_timeouts(self) -> bool:
         """After the first training step: set :attr:`collective_timeout` on every process group.
@@ -192,7 +212,7 @@ class PartialState:
         Returns:
             Whether the timeouts were lowered by this call.
         """
-        timeouts = self._shared_state["timeouts"]
+        timeouts = self._require("timeouts")
         if (
             timeouts.explicit
             or self.timeout == timeouts.collective
@@ -213,7 +233,7 @@ class PartialState:
     @property
     def debug(self) -> bool:
         """Whether debug mode (cross-rank checks before collectives) is on."""
-        return bool(self._shared_state["debug"])
+        return bool(self._require("debug"))
 
     @debug.setter
     def debug(self, value: bool) -> None:
@@ -316,7 +336,7 @@ class PartialState:
             f"Local process index: {self.local_process_index}\n"
             f"Device: {self.device}\n"
             f"Backend: {self.backend}\n"
-            f"Launched by: {self._shared_state['cluster_environment']}\n"
+            f"Launched by: {self._require('cluster_environment')}\n"
         )
 
     # ------------------------------------------------------------------ synchronisation

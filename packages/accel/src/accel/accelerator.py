@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -36,9 +37,10 @@ from accel.scheduler import AcceleratedScheduler
 from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
 from accel.trackers_mixin import TrackersMixin
-from accel.tracking import GeneralTracker, resolve_trackers
+from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
+from accel.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
 from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
@@ -208,6 +210,7 @@ class Accelerator(
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.project_configuration = make_project_configuration(project_dir, project_config)
+        self.log_with = filter_trackers(log_with, self.logging_dir)
         self.strategy = make_strategy(
             self.state.distributed_type,
             self.state.partial,
@@ -234,7 +237,7 @@ class Accelerator(
         self._dataloaders: list[Any] = []
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self._parameter_moves: ParameterMoves = {}
-        self.checkpointer = Checkpointer(self.project_configuration, unwrap=self._plain_model)
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial)
 
@@ -293,11 +296,34 @@ class Accelerator(
     def _already_prepared(self, obj: Any) -> Any:
         entry = self._prepared_ids.get(id(obj))
         # The entry holds the object itself, so its id cannot be reused while it is recorded.
-        return entry[1] if entry is not None and entry[0] is obj else None
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        if getattr(obj, "_is_accelerate_prepared", False):
+            # Prepared by another Accelerator (Accelerate's flag): adopt it as it is.
+            self._adopt(obj)
+            return obj
+        return None
+
+    def _adopt(self, prepared: Any) -> None:
+        """Track an object that an earlier Accelerator prepared, as if this one had."""
+        if isinstance(prepared, torch.nn.Module):
+            registry: list[Any] = self._models
+        elif isinstance(prepared, AcceleratedOptimizer):
+            registry = self._optimizers
+        elif isinstance(prepared, AcceleratedScheduler):
+            registry = self._schedulers
+        else:
+            registry = self._dataloaders
+        if not any(item is prepared for item in registry):
+            registry.append(prepared)
+        self._remember(prepared, prepared)
 
     def _remember(self, original: Any, prepared: Any) -> Any:
         self._prepared_ids[id(original)] = (original, prepared)
         self._prepared_ids[id(prepared)] = (prepared, prepared)
+        # Accelerate's marker, which transformers and Accelerate's tests read.
+        with contextlib.suppress(AttributeError, TypeError):
+            prepared._is_accelerate_prepared = True
         return prepared
 
     def prepare_model(
@@ -317,6 +343,7 @@ class Accelerator(
         if existing is not None:
             return existing  # type: ignore[no-any-return]
         placement = self.device_placement if device_placement is None else device_placement
+        self._check_quantized_placement(model)
         if placement and not getattr(model, "hf_device_map", None):
             self._parameter_moves.update(move_model(model, self.device))
         self._parameter_moves.update(self.precision.prepare_model(model))
@@ -325,6 +352,53 @@ class Accelerator(
         prepared = self.strategy.compile(prepared, self.state.dynamo_plugin)
         self._models.append(prepared)
         return self._remember(model, prepared)  # type: ignore[no-any-return]
+
+    def _check_quantized_placement(self, model: torch.nn.Module) -> None:
+        """Refuse to train an 8-bit/4-bit model placed where it cannot be trained (as Accelerate).
+
+        Raises:
+            AcceleratorConfigError: The model is spread over several devices in a distributed job,
+                sits on another device than this process's, or is offloaded to CPU or disk.
+        """
+        quantized = getattr(model, "is_loaded_in_8bit", False) or getattr(
+            model, "is_loaded_in_4bit", False
+        )
+        device_map = getattr(model, "hf_device_map", None)
+        if not quantized or not device_map:
+            return
+        devices = {
+            str(device) if not isinstance(device, int) else device for device in device_map.values()
+        }
+        if len(devices) > 1 and self.state.partial.num_processes > 1:
+            raise AcceleratorConfigError(
+                "An 8-bit or 4-bit model spread over several devices cannot be trained in a "
+                f"distributed job (device_map values {sorted(map(str, devices))}); run one process "
+                "(naive pipeline parallelism), or load the model on one device per process."
+            )
+        if len(devices) == 1 and not devices & {"cpu", "disk"}:
+            (only,) = devices
+            index = only if isinstance(only, int) else torch.device(only).index
+            multi_backend_cpu = (
+                self.device.type == "cpu" and is_bitsandbytes_multi_backend_available()
+            )
+            same = (
+                torch.device(self.device.type, index) == self.device if index is not None else True
+            )
+            if not multi_backend_cpu and not same and (self.device.index is not None or index != 0):
+                raise AcceleratorConfigError(
+                    f"The 8-bit or 4-bit model is on device {only!r} but this process trains on "
+                    f"{self.device}; load it with device_map={{'': {self.device.index or 0}}}."
+                )
+        cpu_offload = "cpu" in devices and (
+            not is_bitsandbytes_multi_backend_available() or is_xpu_available()
+        )
+        if cpu_offload or "disk" in devices:
+            raise AcceleratorConfigError(
+                "You can't train a model that has been loaded in 8-bit or 4-bit precision with "
+                "CPU or disk offload (device_map values "
+                f"{sorted(map(str, devices))}). Load it on the accelerator only, or install "
+                "bitsandbytes with multi-backend support to train it on the CPU."
+            )
 
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
@@ -548,3 +622,23 @@ def _merge_dataloader_options(
                     "set it in one place."
                 )
     return dataclasses.replace(base, **changes) if changes else base
+
+
+class _WeakUnwrap:
+    """``accelerator._plain_model`` without a strong reference to ``accelerator``.
+
+    The checkpointer keeps it; a bound method would make a cycle, and an Accelerator (with
+    its prepared objects) would outlive its last user until the garbage collector ran. It
+    pickles as a new weak reference to the (unpickled) Accelerator.
+    """
+
+    def __init__(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = None if accelerator is None else weakref.ref(accelerator)
+
+    def __call__(self, model: torch.nn.Module) -> torch.nn.Module:
+        accelerator = None if self._accelerator is None else self._accelerator()
+        return model if accelerator is None else accelerator._plain_model(model)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        accelerator = None if self._accelerator is None else self._accelerator()
+        return (_WeakUnwrap, (accelerator,))

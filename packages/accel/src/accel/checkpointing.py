@@ -15,6 +15,7 @@ from accel.job_facts import JobFactsMixin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
+from accel_ckpt import load as load_object
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
 from accel_ops.records import record
@@ -254,3 +255,32 @@ def _loading_options(
     if load_kwargs.get("weights_only") is False:
         allow_pickle = True
     return load_kwargs.get("map_location"), allow_pickle, bool(model_kwargs.get("strict", strict))
+
+
+def save_custom_state(
+    obj: Any, path: str | os.PathLike[str], index: int = 0, save_on_each_node: bool = False
+) -> None:
+    """Write ``obj.state_dict()`` to ``{path}/custom_checkpoint_{index}.pkl`` (Accelerate's layout).
+
+    Args:
+        obj: An object with ``state_dict()``.
+        path: The checkpoint folder.
+        index: The object's position among the registered ones.
+        save_on_each_node: Write once per machine instead of once per job.
+    """
+    save_object(
+        obj.state_dict(),
+        Path(path) / f"custom_checkpoint_{index}.pkl",
+        save_on_each_node=save_on_each_node,
+    )
+
+
+def load_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0) -> None:
+    """Load ``{path}/custom_checkpoint_{index}.pkl`` into ``obj.load_state_dict``.
+
+    The file is read with PyTorch's restricted unpickler (accel loads safely by default); a
+    state holding other classes raises ``accel_ckpt.UnsafeCheckpointError`` naming them.
+    """
+    obj.load_state_dict(
+        load_object(Path(path) / f"custom_checkpoint_{index}.pkl", map_location="cpu")
+    )

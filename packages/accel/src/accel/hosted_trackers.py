@@ -1,9 +1,8 @@
 """Trackers backed by third-party services: Weights & Biases and MLflow.
 
-Their packages are imported when a tracker is created, never when ``accel`` is imported. The
-other names Accelerate knows (``comet_ml``, ``aim``, ``clearml``, ``dvclive``, ``swanlab``,
-``trackio``) are recognised so that ``log_with`` fails with an error naming what to install and
-what to do, instead of an unknown-name error.
+Their packages are imported when a tracker is created, never when ``accel`` is imported; a
+missing package gives an error naming what to install. The trackers for the other services
+Accelerate knows live in :mod:`accel.service_trackers`.
 """
 
 from __future__ import annotations
@@ -18,12 +17,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from accel.tracker_base import GeneralTracker
 from accel.tracker_packages import (
     TRACKER_PACKAGES,
     missing_package_error,
     tracker_package_available,
 )
-from accel.tracking import GeneralTracker
 
 logger = logging.getLogger(__name__)
 

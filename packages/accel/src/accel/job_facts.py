@@ -9,7 +9,7 @@ import torch
 
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision
-from accel.state import AcceleratorState, is_initialized
+from accel.state import AcceleratorState, is_initialized, state_reset_error
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
@@ -52,12 +52,29 @@ class JobFactsMixin:
     #: Set by ``end_training()``: the rank facts stay readable (and ``print`` works) after it.
     _ended_facts: ProcessFacts | None = None
 
-    @property
-    def _process_facts(self) -> ProcessFacts | PartialState:
-        """The live process state, or after ``end_training()`` the facts recorded then."""
-        if self._ended_facts is not None and not is_initialized():
+    def _surviving_facts(self) -> ProcessFacts | PartialState:
+        """As :meth:`_facts`, but after a reset the process's ``PartialState`` answers.
+
+        Accelerate's ``is_main_process`` and its kin ask ``PartialState()``, which outlives
+        ``AcceleratorState._reset_state()``; its ranks and sizes do not.
+        """
+        if is_initialized() or self._ended_facts is not None:
+            return self._facts("is_main_process")
+        return PartialState()
+
+    def _facts(self, name: str) -> ProcessFacts | PartialState:
+        """The live process state, or after ``end_training()`` the facts recorded then.
+
+        Raises:
+            StateResetError: ``AcceleratorState._reset_state()`` ran after this Accelerator was
+                made (and not through ``end_training()``): reading ``name`` is refused, as in
+                Accelerate, instead of answering from whatever state exists now.
+        """
+        if is_initialized():
+            return self.state.partial
+        if self._ended_facts is not None:
             return self._ended_facts
-        return self.state.partial
+        raise state_reset_error(name)
 
     @property
     def device(self) -> torch.device:
@@ -72,37 +89,37 @@ class JobFactsMixin:
     @property
     def num_processes(self) -> int:
         """Number of processes in the job."""
-        return self._process_facts.num_processes
+        return self._facts("num_processes").num_processes
 
     @property
     def process_index(self) -> int:
         """Global rank of this process."""
-        return self._process_facts.process_index
+        return self._facts("process_index").process_index
 
     @property
     def local_process_index(self) -> int:
         """Rank of this process on its machine."""
-        return self._process_facts.local_process_index
+        return self._facts("local_process_index").local_process_index
 
     @property
     def is_main_process(self) -> bool:
         """True on global rank 0."""
-        return self._process_facts.is_main_process
+        return self._surviving_facts().is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
         """True on local rank 0 of each machine."""
-        return self._process_facts.is_local_main_process
+        return self._surviving_facts().is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
         """True on the highest global rank."""
-        return self._process_facts.is_last_process
+        return self._surviving_facts().is_last_process
 
     @property
     def use_distributed(self) -> bool:
         """Whether more than one process takes part."""
-        return self._process_facts.use_distributed
+        return self._surviving_facts().use_distributed
 
     @property
     def mixed_precision(self) -> str:

@@ -8,6 +8,7 @@ import enum
 from typing import Any
 
 from accel.errors import AcceleratorConfigError
+from accel_state import LaunchContract
 
 
 @dataclasses.dataclass
@@ -170,32 +171,53 @@ class DynamoBackend(str, enum.Enum):
 class TorchDynamoPlugin(KwargsHandler):
     """Settings for ``torch.compile`` (``backend="no"`` or ``disable=True`` turns it off).
 
+    A setting left ``None`` comes from the launcher (``accel launch --dynamo_backend ...``):
+    the ``ACCEL_DYNAMO_*`` variables, or Accelerate's ``ACCELERATE_DYNAMO_*``, read through
+    :class:`accel_state.contract.LaunchContract`; without them, the defaults below.
+
     Args:
-        backend: A backend name or :class:`DynamoBackend` (stored lower-case).
+        backend: A backend name or :class:`DynamoBackend` (stored lower-case; default ``"no"``).
         mode: ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``...
-        fullgraph: Fail instead of splitting the graph.
+        fullgraph: Fail instead of splitting the graph (default False).
         dynamic: Dynamic shapes (``None``: torch decides).
         options: Backend options (``torch.compile(options=...)``).
         disable: Keep models eager even when a backend is set.
         use_regional_compilation: Compile each block of repeated layers (``nn.ModuleList``
-            entries) instead of the whole model: much faster to compile, nearly as fast to run.
+            entries) instead of the whole model: much faster to compile, nearly as fast to run
+            (default False).
     """
 
-    backend: str = "no"
+    backend: str | None = None
     mode: str | None = None
-    fullgraph: bool = False
+    fullgraph: bool | None = None
     dynamic: bool | None = None
     options: dict[str, Any] | None = None
     disable: bool = False
-    use_regional_compilation: bool = False
+    use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
-        backend: Any = self.backend
+        unset = (self.backend, self.mode, self.fullgraph, self.dynamic)
+        contract = (
+            LaunchContract.from_env()
+            if None in unset or self.use_regional_compilation is None
+            else LaunchContract()
+        )
+        backend: Any = contract.dynamo_backend if self.backend is None else self.backend
         if isinstance(backend, DynamoBackend):
             backend = backend.value
         self.backend = str(backend or "no").lower()
-        self.fullgraph = bool(self.fullgraph)
-        self.use_regional_compilation = bool(self.use_regional_compilation)
+        if self.mode is None:
+            self.mode = contract.dynamo_mode
+        if self.dynamic is None:
+            self.dynamic = contract.dynamo_use_dynamic
+        self.fullgraph = bool(
+            contract.dynamo_use_fullgraph if self.fullgraph is None else self.fullgraph
+        )
+        self.use_regional_compilation = bool(
+            contract.dynamo_use_regional_compilation
+            if self.use_regional_compilation is None
+            else self.use_regional_compilation
+        )
 
     @property
     def enabled(self) -> bool:

@@ -34,8 +34,14 @@ def patch_forward_for_precision(
 
 
 def remove_precision_forward(model: torch.nn.Module) -> None:
-    """Undo :func:`patch_forward_for_precision`."""
+    """Undo :func:`patch_forward_for_precision`.
+
+    A forward that the user (or transformers) wrapped after saving the original as
+    ``model._original_forward`` (Accelerate's convention) is restored from it too.
+    """
     original = model.__dict__.pop(_ORIGINAL_FORWARD, None)
+    if original is None:
+        original = model.__dict__.pop("_original_forward", None)
     if original is None:
         return
     if getattr(original, "__self__", None) is model and getattr(

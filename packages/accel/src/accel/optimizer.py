@@ -121,6 +121,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return self._step_was_skipped
 
     @property
+    def _is_overflow(self) -> bool:
+        """Accelerate's private name for :attr:`step_was_skipped` (tests and libraries set it)."""
+        return self._step_was_skipped
+
+    @_is_overflow.setter
+    def _is_overflow(self, value: bool) -> None:
+        self._step_was_skipped = bool(value)
+
+    @property
     def is_overflow(self) -> bool:
         """Alias of :attr:`step_was_skipped`."""
         return self._step_was_skipped

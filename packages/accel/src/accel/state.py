@@ -19,6 +19,7 @@ from accel_state import (
     GradientState,
     ParallelismConfig,
     PartialState,
+    PartialStateResetError,
     PrecisionType,
 )
 from accel_state.device_mesh import ParallelMesh, activate
@@ -269,7 +270,14 @@ class AcceleratorState(DeepSpeedPluginsMixin):
             partial = _surviving_partial_state()
         if partial is None:
             raise state_reset_error(name)
-        return getattr(partial, name)
+        try:
+            return getattr(partial, name)
+        except AttributeError as error:
+            if isinstance(error, PartialStateResetError):
+                raise
+            raise AttributeError(
+                f"'AcceleratorState' object has no attribute '{name}'", name=name, obj=self
+            ) from None
 
     def __repr__(self) -> str:
         return f"{self.partial!r}Mixed precision type: {self.mixed_precision.value}\n"

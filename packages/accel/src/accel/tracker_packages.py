@@ -1,7 +1,7 @@
 """Tracker names accel knows, the package each needs, and the errors when one is missing.
 
-Shared by :mod:`accel.tracking` (which resolves ``log_with``) and :mod:`accel.hosted_trackers`
-(which drives wandb and MLflow); imports neither, nor any tracker package.
+Shared by :mod:`accel.tracking` (which resolves ``log_with``) and the modules holding the
+trackers for third-party services; imports none of them, nor any tracker package.
 """
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ TRACKER_PACKAGES: dict[str, tuple[str, str]] = {
     "trackio": ("trackio", "trackio"),
 }
 
-#: Names accel recognises but has no built-in tracker for.
-UNIMPLEMENTED_TRACKERS = ("comet_ml", "aim", "clearml", "dvclive", "swanlab", "trackio")
-
 
 def tracker_package_available(name: str) -> bool:
     """Whether the package behind the tracker called ``name`` is installed."""
@@ -41,19 +38,4 @@ def missing_package_error(name: str) -> UnsupportedFeatureError:
     return UnsupportedFeatureError(
         f"log_with={name!r} needs the {module} package, which is not installed: "
         f"pip install {install}."
-    )
-
-
-def unimplemented_error(name: str) -> UnsupportedFeatureError:
-    """The error for a tracker name accel knows but does not implement."""
-    module, install = TRACKER_PACKAGES[name]
-    missing = (
-        ""
-        if tracker_package_available(name)
-        else f" The {module} package is not installed either (pip install {install})."
-    )
-    return UnsupportedFeatureError(
-        f"log_with={name!r}: accel has no built-in {name} tracker (built in: jsonl, csv, "
-        "tensorboard, wandb, mlflow). Subclass accel.GeneralTracker to drive it and pass an "
-        f"instance in log_with (see the accel README, 'Experiment trackers').{missing}"
     )

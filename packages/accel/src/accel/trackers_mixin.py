@@ -34,7 +34,8 @@ class TrackersMixin(ProcessControlMixin):
             init_kwargs: Per-tracker keyword arguments, keyed by tracker name.
 
         Raises:
-            AcceleratorConfigError: A file-based tracker without ``project_dir``/``logging_dir``.
+            AcceleratorConfigError: A file-based tracker without ``project_dir``/``logging_dir``
+                (the Accelerator refuses those already; trackers given as objects are not checked).
         """
         init_kwargs = init_kwargs or {}
         self.trackers = []

@@ -1,97 +1,41 @@
-"""Experiment trackers: JSON lines, CSV, TensorBoard, Weights & Biases, MLflow, and your own.
+"""Experiment trackers: JSON lines, CSV, TensorBoard, the hosted services, and your own.
 
 Every tracker runs on the main process only; the Accelerator creates them in ``init_trackers``.
-``WandBTracker`` and ``MLflowTracker`` live in :mod:`accel.hosted_trackers` (loaded on first use,
-so ``import accel`` imports neither wandb nor mlflow) and are reachable from here too.
+:data:`LOGGER_TYPE_TO_CLASS` is the one registry of tracker classes by name (the built-in ones,
+those of :mod:`accel.hosted_trackers` and :mod:`accel.service_trackers`, and any added with
+:func:`register_tracker_class`). A tracker's package is imported when the tracker is created, so
+``import accel`` imports no tracker package.
 """
 
 from __future__ import annotations
 
-import abc
 import csv
-import enum
-import importlib
 import json
 import math
 import numbers
+import os
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel.hosted_trackers import MLflowTracker, WandBTracker
+from accel.service_trackers import (
+    AimTracker,
+    ClearMLTracker,
+    CometMLTracker,
+    DVCLiveTracker,
+    SwanLabTracker,
+    TrackioTracker,
+)
+from accel.tracker_base import GeneralTracker, LoggerType, on_main_process
 from accel.tracker_packages import (
-    UNIMPLEMENTED_TRACKERS,
+    TRACKER_PACKAGES,
     missing_package_error,
     tracker_package_available,
-    unimplemented_error,
 )
-
-
-class LoggerType(enum.Enum):
-    """Names of the built-in trackers (``ALL`` picks every one that can run here).
-
-    As in Accelerate, a member prints as its value (``str(LoggerType.WANDB) == "wandb"``) but is
-    not a string: compare ``member.value`` (or ``str(member)``) with a tracker name.
-    """
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, format_spec: str) -> str:
-        return format(str(self.value), format_spec)
-
-    @classmethod
-    def list(cls) -> list[str]:
-        """Return the values of all members."""
-        return [str(member) for member in cls]
-
-    ALL = "all"
-    JSONL = "jsonl"
-    CSV = "csv"
-    TENSORBOARD = "tensorboard"
-    WANDB = "wandb"
-    MLFLOW = "mlflow"
-    COMETML = "comet_ml"
-    AIM = "aim"
-    CLEARML = "clearml"
-    DVCLIVE = "dvclive"
-    SWANLAB = "swanlab"
-    TRACKIO = "trackio"
-
-
-class GeneralTracker(abc.ABC):
-    """Base class of every tracker; subclass it to plug in your own.
-
-    Subclasses set ``name`` and ``requires_logging_directory`` and implement ``log``;
-    ``store_init_configuration`` and ``finish`` are optional.
-    """
-
-    name: str = "general"
-    requires_logging_directory: bool = False
-    main_process_only: bool = True
-
-    @property
-    def tracker(self) -> Any:
-        """The underlying object (writer, run...) this tracker drives."""
-        return self
-
-    def start(self) -> None:  # noqa: B027
-        """Open the run (optional): ``Accelerator.init_trackers`` calls it before storing the config.
-
-        Override it to create the run lazily, after the process group exists; the built-in
-        trackers open theirs in ``__init__`` and keep this default, which does nothing.
-        """
-
-    def store_init_configuration(self, values: Mapping[str, Any]) -> None:  # noqa: B027
-        """Record the run's hyper-parameters (optional; the default keeps nothing)."""
-
-    @abc.abstractmethod
-    def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Record ``values`` (name -> number or text) at ``step``."""
-
-    def finish(self) -> None:  # noqa: B027
-        """Flush and close (optional; the default has nothing to close)."""
 
 
 def _run_directory(logging_dir: str | Path, run_name: str) -> Path:
@@ -237,51 +181,92 @@ def tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-BUILT_IN_TRACKERS: dict[str, type[GeneralTracker]] = {
+#: Tracker classes by ``log_with`` name: the one registry ``init_trackers`` creates trackers from.
+LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
     LoggerType.JSONL.value: JSONLinesTracker,
     LoggerType.CSV.value: CSVTracker,
     LoggerType.TENSORBOARD.value: TensorBoardTracker,
+    LoggerType.WANDB.value: WandBTracker,
+    LoggerType.MLFLOW.value: MLflowTracker,
+    LoggerType.COMETML.value: CometMLTracker,
+    LoggerType.AIM.value: AimTracker,
+    LoggerType.CLEARML.value: ClearMLTracker,
+    LoggerType.DVCLIVE.value: DVCLiveTracker,
+    LoggerType.SWANLAB.value: SwanLabTracker,
+    LoggerType.TRACKIO.value: TrackioTracker,
 }
 
 
-#: Trackers whose package is imported only when they are created: name -> class in the module
-#: :data:`HOSTED_TRACKERS_MODULE`, loaded by name (that module builds on this one).
-HOSTED_TRACKERS = {LoggerType.WANDB.value: "WandBTracker", LoggerType.MLFLOW.value: "MLflowTracker"}
-HOSTED_TRACKERS_MODULE = "accel.hosted_trackers"
+def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
+    """Make ``log_with=tracker_class.name`` create ``tracker_class`` (register before the Accelerator).
+
+    The class is created with ``(project_name, **init_kwargs)``, or ``(project_name, logging_dir,
+    **init_kwargs)`` when its ``requires_logging_directory`` is true. A name already registered
+    (a built-in one included) is replaced, with a warning.
+
+    Raises:
+        AcceleratorConfigError: ``tracker_class`` is not a ``GeneralTracker`` subclass, or lacks a
+            non-empty ``name`` or a ``requires_logging_directory`` class attribute.
+    """
+    if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
+        raise AcceleratorConfigError(
+            f"register_tracker_class(tracker_class={tracker_class!r}): pass a subclass of "
+            "accel.tracking.GeneralTracker."
+        )
+    name = tracker_class.__dict__.get("name") or getattr(tracker_class, "name", None)
+    if not name or name == GeneralTracker.name:
+        raise AcceleratorConfigError(
+            f"register_tracker_class({tracker_class.__name__}): the class needs a non-empty "
+            "`name` class attribute (the log_with name), e.g. name = 'my_tracker'."
+        )
+    if not _defines_directory_flag(tracker_class):
+        raise AcceleratorConfigError(
+            f"register_tracker_class({tracker_class.__name__}): the class needs a "
+            "`requires_logging_directory` class attribute: True if it writes under the "
+            "Accelerator's logging_dir, else False."
+        )
+    if name in LOGGER_TYPE_TO_CLASS:
+        warnings.warn(
+            f"A tracker named '{name}' is already registered ({LOGGER_TYPE_TO_CLASS[name]!r}); "
+            f"{tracker_class!r} replaces it.",
+            UserWarning,
+            stacklevel=2,
+        )
+    LOGGER_TYPE_TO_CLASS[name] = tracker_class
 
 
-def _hosted_class(class_name: str) -> type[GeneralTracker]:
-    found: type[GeneralTracker] = getattr(
-        importlib.import_module(HOSTED_TRACKERS_MODULE), class_name
+def _defines_directory_flag(tracker_class: type[GeneralTracker]) -> bool:
+    """Whether a class below ``GeneralTracker`` sets ``requires_logging_directory``."""
+    return any(
+        "requires_logging_directory" in vars(klass)
+        for klass in tracker_class.__mro__
+        if klass is not GeneralTracker and issubclass(klass, GeneralTracker)
     )
-    return found
 
 
 def tracker_class(name: str) -> type[GeneralTracker]:
-    """The built-in tracker class called ``name`` (``"jsonl"``, ``"wandb"``...).
+    """The tracker class registered as ``name`` (``"jsonl"``, ``"wandb"``...).
 
     Raises:
-        KeyError: ``name`` is not a built-in tracker.
+        KeyError: No tracker is registered under ``name``.
     """
-    if name in HOSTED_TRACKERS:
-        return _hosted_class(HOSTED_TRACKERS[name])
-    return BUILT_IN_TRACKERS[name]
-
-
-def __getattr__(name: str) -> Any:
-    """``accel.tracking.WandBTracker`` and ``MLflowTracker``, as in Accelerate (loaded lazily)."""
-    if name in HOSTED_TRACKERS.values():
-        return _hosted_class(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return LOGGER_TYPE_TO_CLASS[name]
 
 
 def _available(name: str) -> bool:
     """Whether the tracker called ``name`` can start here (its package is installed)."""
     if name == LoggerType.TENSORBOARD.value:
         return tensorboard_available()
-    if name in HOSTED_TRACKERS:
+    if name in TRACKER_PACKAGES:
         return tracker_package_available(name)
     return True
+
+
+def get_available_trackers() -> list[LoggerType]:
+    """The built-in trackers whose package is installed here."""
+    return [
+        member for member in LoggerType if member is not LoggerType.ALL and _available(member.value)
+    ]
 
 
 def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
@@ -293,28 +278,30 @@ def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
 
     Raises:
         AcceleratorConfigError: An unknown tracker name.
-        UnsupportedFeatureError: A named tracker whose package is missing, or one of Accelerate's
-            tracker names that accel does not implement (the message says what to do).
+        UnsupportedFeatureError: A named tracker whose package is missing (the message says
+            what to install).
     """
     if log_with is None:
         return []
     items: Iterable[Any] = log_with if isinstance(log_with, (list, tuple)) else [log_with]
     resolved: list[str | GeneralTracker] = []
-    known = [*BUILT_IN_TRACKERS, *HOSTED_TRACKERS]
     for item in items:
         if isinstance(item, GeneralTracker):
             resolved.append(item)
             continue
-        name = item.value if isinstance(item, LoggerType) else str(item).lower()
+        name = item.value if isinstance(item, LoggerType) else str(item)
+        if name not in LOGGER_TYPE_TO_CLASS:
+            name = name.lower()
         if name == LoggerType.ALL.value:
-            resolved.extend(n for n in known if _available(n) and n not in resolved)
+            resolved.extend(
+                member.value for member in get_available_trackers() if member.value not in resolved
+            )
             continue
-        if name not in known:
-            if name in UNIMPLEMENTED_TRACKERS:
-                raise unimplemented_error(name)
+        if name not in LOGGER_TYPE_TO_CLASS:
             raise AcceleratorConfigError(
                 f"log_with={item!r} is not a known tracker; use one of "
-                f"{', '.join([*known, 'all'])} or a GeneralTracker instance."
+                f"{', '.join([*LOGGER_TYPE_TO_CLASS, 'all'])}, a GeneralTracker instance, or "
+                "register your class with accel.tracking.register_tracker_class."
             )
         if not _available(name):
             if name == LoggerType.TENSORBOARD.value:
@@ -326,3 +313,78 @@ def resolve_trackers(log_with: Any) -> list[str | GeneralTracker]:
         if name not in resolved:
             resolved.append(name)
     return resolved
+
+
+def check_logging_directory(
+    log_with: Iterable[str | GeneralTracker], logging_dir: str | os.PathLike[str] | None
+) -> None:
+    """Refuse trackers that write files when no logging directory is set.
+
+    Raises:
+        AcceleratorConfigError: A tracker named in ``log_with`` needs ``logging_dir``, which is None.
+    """
+    if logging_dir is not None:
+        return
+    for entry in log_with:
+        if isinstance(entry, str) and LOGGER_TYPE_TO_CLASS[entry].requires_logging_directory:
+            raise AcceleratorConfigError(
+                f"log_with={entry!r} writes files, so it needs a logging_dir: pass "
+                "project_dir=... or project_config=ProjectConfiguration(logging_dir=...) to "
+                "the Accelerator."
+            )
+
+
+def filter_trackers(
+    log_with: Any, logging_dir: str | os.PathLike[str] | None = None
+) -> list[str | GeneralTracker]:
+    """The trackers ``log_with`` asks for that can run with ``logging_dir``.
+
+    Like :func:`resolve_trackers`, and a tracker that writes files needs ``logging_dir``: one
+    named explicitly is refused without it, while ``"all"`` leaves such trackers out.
+
+    Raises:
+        AcceleratorConfigError: An unknown tracker, or one named explicitly that writes files
+            while ``logging_dir`` is None.
+        UnsupportedFeatureError: A named tracker whose package is missing.
+    """
+    items: list[Any] = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
+    explicit = [item for item in items if item is not None and not _means_all(item)]
+    check_logging_directory(resolve_trackers(explicit), logging_dir)
+    resolved = resolve_trackers(items if log_with is not None else None)
+    if logging_dir is not None:
+        return resolved
+    return [
+        entry
+        for entry in resolved
+        if isinstance(entry, GeneralTracker)
+        or not LOGGER_TYPE_TO_CLASS[entry].requires_logging_directory
+    ]
+
+
+def _means_all(item: Any) -> bool:
+    return item is LoggerType.ALL or (
+        isinstance(item, str) and item.lower() == LoggerType.ALL.value
+    )
+
+
+__all__ = [
+    "LOGGER_TYPE_TO_CLASS",
+    "AimTracker",
+    "CSVTracker",
+    "ClearMLTracker",
+    "CometMLTracker",
+    "DVCLiveTracker",
+    "GeneralTracker",
+    "JSONLinesTracker",
+    "LoggerType",
+    "MLflowTracker",
+    "SwanLabTracker",
+    "TensorBoardTracker",
+    "TrackioTracker",
+    "WandBTracker",
+    "filter_trackers",
+    "get_available_trackers",
+    "on_main_process",
+    "register_tracker_class",
+    "resolve_trackers",
+]

@@ -126,7 +126,7 @@ class ModelStrategy:
         from accel.modeling import unwrap_model
 
         plain = unwrap_model(model, unwrappers=[self.unwrap], keep_torch_compile=False)
-        return plain.state_dict()
+        return state_dict_with_offloaded_weights(plain)
 
     def checkpoint_split(
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
@@ -137,3 +137,26 @@ class ModelStrategy:
         each :class:`~accel_ckpt.ShardedState` write every process's part. The default: all plain.
         """
         return list(models), list(optimizers), []
+
+
+def state_dict_with_offloaded_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()``, with the weights of offloaded submodules loaded into it.
+
+    A module dispatched with CPU or disk offload keeps meta tensors in place of the weights
+    its hook brings in at each forward; they are loaded here one module at a time (on the CPU),
+    so that ``save_model`` writes real values, as Accelerate's does.
+    """
+    from accel_ckpt.big_modeling.hooks import offloading_hook
+    from accel_ckpt.big_modeling.model_helpers import align_module_device
+
+    state = module.state_dict()
+    for name, sub in module.named_modules():
+        if offloading_hook(sub) is None:
+            continue
+        prefix = f"{name}." if name else ""
+        with align_module_device(sub, torch.device("cpu")):
+            own = [*sub.named_parameters(recurse=False), *sub.named_buffers(recurse=False)]
+            for key, tensor in own:
+                if f"{prefix}{key}" in state:
+                    state[f"{prefix}{key}"] = tensor.detach().to("cpu", copy=True)
+    return state

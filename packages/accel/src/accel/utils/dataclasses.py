@@ -9,6 +9,7 @@ from accel.fp8.recipes import (
     MSAMPRecipeKwargs,
     TERecipeKwargs,
 )
+from accel.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DDPCommunicationHookType,
@@ -23,9 +24,13 @@ from accel.parallelism import TorchTensorParallelPlugin
 from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
 from accel.tracking import LoggerType
+from accel.utils.deepspeed import DeepSpeedPlugin
+from accel.utils.megatron_lm import MegatronLMPlugin, add_model_config_to_megatron_parser
+from accel.utils.sagemaker import SageMakerDistributedType
 from accel_ckpt import ProjectConfiguration
 from accel_ckpt.big_modeling import BnbQuantizationConfig, CustomDtype
 from accel_data import DataLoaderConfiguration
+from accel_ops import TensorInformation
 from accel_state import (
     ComputeEnvironment,
     DeepSpeedSequenceParallelConfig,
@@ -38,6 +43,12 @@ from accel_state import (
 )
 
 __all__ = [
+    "DeepSpeedPlugin",
+    "FullyShardedDataParallelPlugin",
+    "MegatronLMPlugin",
+    "SageMakerDistributedType",
+    "TensorInformation",
+    "add_model_config_to_megatron_parser",
     "AORecipeKwargs",
     "AutocastKwargs",
     "BnbQuantizationConfig",

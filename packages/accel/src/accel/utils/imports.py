@@ -113,6 +113,29 @@ def is_bitsandbytes_multi_backend_available() -> bool:
     return is_bnb_available()
 
 
+def is_tqdm_available() -> bool:
+    """Whether tqdm is installed."""
+    return _installed("tqdm")
+
+
+def is_torch_distributed_available() -> bool:
+    """Whether this torch build has ``torch.distributed``."""
+    import torch.distributed
+
+    return bool(torch.distributed.is_available())
+
+
+def is_numpy_available(min_version: str = "1.25.0") -> bool:
+    """Whether numpy is installed at version ``min_version`` or newer."""
+    if not _installed("numpy"):
+        return False
+    from importlib.metadata import version
+
+    from torch.torch_version import TorchVersion
+
+    return TorchVersion(version("numpy")) >= min_version
+
+
 def is_transformer_engine_mxfp8_available() -> bool:
     """Whether Transformer Engine is installed and a GPU is present for MXFP8."""
     import torch
@@ -295,29 +318,6 @@ USE_TORCH_XLA = os.environ.get("USE_TORCH_XLA", "1").strip().lower() not in (
     "no",
     "off",
 )
-
-
-def is_numpy_available(min_version: str = "1.25.0") -> bool:
-    """Whether numpy ``min_version`` or newer is installed (accel itself never needs it)."""
-    if not _installed("numpy"):
-        return False
-    import importlib.metadata
-
-    from torch.torch_version import TorchVersion
-
-    return bool(TorchVersion(importlib.metadata.version("numpy")) >= min_version)
-
-
-def is_tqdm_available() -> bool:
-    """Whether tqdm (progress bars) is installed."""
-    return _installed("tqdm")
-
-
-def is_torch_distributed_available() -> bool:
-    """Whether this torch build has ``torch.distributed``."""
-    import torch
-
-    return bool(torch.distributed.is_available())
 
 
 AVAILABILITY_CHECKS = sorted(

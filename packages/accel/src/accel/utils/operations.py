@@ -6,9 +6,12 @@ operands to a collective (the same class as ``accel_ops.DistributedOperationErro
 
 from __future__ import annotations
 
+from accel.utils.gathered_parameters import GatheredParameters
 from accel_ops import (
     CannotPadNestedTensorWarning,
+    ConvertOutputsToFp32,
     DistributedOperationException,
+    TensorInformation,
     broadcast,
     broadcast_object_list,
     concatenate,
@@ -20,8 +23,12 @@ from accel_ops import (
     gather,
     gather_object,
     get_data_structure,
+    get_shape,
     honor_type,
+    ignorant_find_batch_size,
     initialize_tensors,
+    is_namedtuple,
+    is_tensor_information,
     is_torch_tensor,
     listify,
     pad_across_processes,
@@ -34,7 +41,10 @@ from accel_ops import (
 
 __all__ = [
     "CannotPadNestedTensorWarning",
+    "ConvertOutputsToFp32",
     "DistributedOperationException",
+    "GatheredParameters",
+    "TensorInformation",
     "broadcast",
     "broadcast_object_list",
     "concatenate",
@@ -46,8 +56,12 @@ __all__ = [
     "gather",
     "gather_object",
     "get_data_structure",
+    "get_shape",
     "honor_type",
+    "ignorant_find_batch_size",
     "initialize_tensors",
+    "is_namedtuple",
+    "is_tensor_information",
     "is_torch_tensor",
     "listify",
     "pad_across_processes",

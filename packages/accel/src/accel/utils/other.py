@@ -3,17 +3,52 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
-import warnings
+import re
+import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
+from accel.compilation import (
+    compile_regions,
+    has_compiled_regions,
+    has_repeated_blocks,
+    is_repeated_blocks,
+)
+from accel.utils.imports import is_compiled_module, is_port_in_use
+from accel.utils.parallel_info import get_model_tp_size, model_has_dtensor
+from accel.utils.regions import compile_regions_deepspeed, compile_regions_fsdp2
+from accel_ckpt import load, save
+from accel_ckpt.big_modeling.model_helpers import (
+    clean_state_dict_for_safetensors,
+    get_module_children_bottom_up,
+)
 from accel_state import str_to_bool
 
+# Accelerate's helpers of this module that live elsewhere in accel, under their module path.
+__reexported__ = (
+    clean_state_dict_for_safetensors,
+    compile_regions,
+    compile_regions_deepspeed,
+    compile_regions_fsdp2,
+    get_model_tp_size,
+    get_module_children_bottom_up,
+    has_compiled_regions,
+    has_repeated_blocks,
+    is_compiled_module,
+    is_port_in_use,
+    is_repeated_blocks,
+    load,
+    model_has_dtensor,
+    save,
+)
+
 _MIN_KERNEL = (5, 5)
+_logger = logging.getLogger(__name__)
 
 
 def get_int_from_env(env_keys: Sequence[str], default: int) -> int:
@@ -135,14 +170,23 @@ def wait_for_everyone() -> None:
 
 
 def check_os_kernel() -> None:
-    """Warn on Linux kernels older than 5.5, where processes can hang (as Accelerate does)."""
-    if platform.system() != "Linux":
+    """Log a warning on Linux kernels older than 5.5, where processes can hang (as Accelerate does)."""
+    info = platform.uname()
+    if info.system != "Linux":
         return
-    release = platform.release().split("-")[0]
-    numbers = tuple(int(part) for part in release.split(".")[:2] if part.isdigit())
-    if len(numbers) == 2 and numbers < _MIN_KERNEL:
-        warnings.warn(
-            f"Linux kernel {release} is older than 5.5.0; processes may hang. "
-            "Upgrade the kernel to 5.5.0 or newer.",
-            stacklevel=2,
+    found = re.search(r"\d+\.\d+\.\d+", info.release)
+    if found is None:
+        return
+    version = found.group(0)
+    if tuple(int(part) for part in version.split(".")[:2]) < _MIN_KERNEL:
+        _logger.warning(
+            f"Detected kernel version {version}, which is below the recommended minimum of 5.5.0; "
+            "this can cause the process to hang. Upgrade the kernel to 5.5.0 or newer."
         )
+
+
+def get_free_port() -> int:
+    """A TCP port on this machine that was free a moment ago (for ``main_process_port=0``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
