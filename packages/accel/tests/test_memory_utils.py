@@ -3,7 +3,7 @@
 import gc
 import weakref
 
-from accel.utils import clear_device_cache, release_memory
+from accel.utils.memory import clear_device_cache, release_memory
 
 
 class _Cycle:
