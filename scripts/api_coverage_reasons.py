@@ -71,6 +71,13 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
         "runs on the CPU too, and offloads 4-bit layers (quantized) where Accelerate refuses; "
         "reads safetensors checkpoints only",
     ),
+    ("accelerate.utils.bnb", "quantize_and_offload_8bit"): (
+        "absent",
+        "an inner step of Accelerate's load_checkpoint_in_model for 8-bit layers planned on "
+        "disk (quantize on GPU 0, write int8 weight and SCB into Accelerate's offload index); "
+        "accel's load_and_quantize_model quantizes and offloads such layers itself "
+        "(QuantizedOffloadHook, its own offload format), so the step has no meaning on its own",
+    ),
     ("Accelerator", "clip_grad_norm_"): (
         "differs",
         "under fp16 an accumulation micro-step clips the still-scaled gradient instead of "

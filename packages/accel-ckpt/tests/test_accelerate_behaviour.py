@@ -176,3 +176,52 @@ def test_recurrent_layers_are_refused_under_sequence_parallelism() -> None:
     model.config = type("Config", (), {"layer_types": ["full_attention", "linear_attention"]})()  # type: ignore[assignment]
     with pytest.raises(ValueError, match="linear_attention"):
         _refuse_recurrent_layers_under_sequence_parallelism(model)
+
+
+# ---------------------------------------------------------------------------- fallback_allocate
+def test_fallback_allocate_splits_breadth_first_to_find_a_fitting_module():
+    from torch import nn
+
+    from accel_ckpt.big_modeling.planning import compute_module_sizes, fallback_allocate
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.big = nn.Linear(16, 16)  # 272 floats
+            self.small = nn.Linear(4, 4)  # 20 floats
+
+    model = nn.Sequential(Block(), nn.Linear(2, 2))
+    sizes = compute_module_sizes(model)
+    modules = list(model.named_children())
+    name, module, rest = fallback_allocate(modules, sizes, 100)
+    assert name == "0.small" and module is model[0].small
+    assert [n for n, _ in rest] == ["0.big", "1"]  # block 0 was split into its parts
+    # Nothing fits: the list comes back unchanged; unsplittable classes are not searched into.
+    assert fallback_allocate(modules, sizes, 10) == (None, None, modules)
+    name, _, _ = fallback_allocate(modules, sizes, 100, no_split_module_classes=["Block"])
+    assert name == "1"
+    assert fallback_allocate(modules, sizes, "2KB")[0] == "0"
+    with pytest.raises(ValueError, match="size_limit"):
+        fallback_allocate(modules, sizes, "lots")
+
+
+def test_fallback_allocate_counts_tied_modules_with_the_candidate():
+    from torch import nn
+
+    from accel_ckpt.big_modeling.planning import compute_module_sizes, fallback_allocate
+
+    model = nn.Sequential(nn.Linear(8, 8, bias=False), nn.Linear(2, 2, bias=False), nn.Linear(8, 8))
+    model[2].weight = model[0].weight  # module 2 brings its 32-byte bias along with module 0
+    sizes = compute_module_sizes(model)
+    modules = list(model.named_children())
+    tied = [["0.weight", "2.weight"]]
+    assert fallback_allocate(modules, sizes, 256)[0] == "0"
+    assert fallback_allocate(modules, sizes, 256, tied_parameters=tied)[0] == "1"
+    assert fallback_allocate(modules, sizes, 288, tied_parameters=tied)[0] == "0"
+
+
+def test_fallback_allocate_is_reexported_at_accelerates_path():
+    import accel.utils.modeling
+    from accel_ckpt.big_modeling.planning import fallback_allocate
+
+    assert accel.utils.modeling.fallback_allocate is fallback_allocate

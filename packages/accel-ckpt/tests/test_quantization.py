@@ -245,3 +245,65 @@ def test_8bit_on_a_gpu_matches_the_cpu_result(saved):
     assert on_gpu.blocks[0].fc1.weight.device.type == "cuda"
     assert relative_error(got, saved["reference"]) < 0.01
     assert relative_error(got, want) < 0.01
+
+
+# ------------------------------------------------------------- Accelerate's helpers of utils.bnb
+def test_replace_with_bnb_layers_keeps_the_weights_and_the_skipped_modules():
+    from accel_ckpt.big_modeling.quantization import replace_with_bnb_layers
+
+    torch.manual_seed(0)
+    model = TinyLM(vocab=32, width=16, depth=2)
+    model.head.weight = torch.nn.Parameter(torch.randn(32, 16))  # untie: a plain Linear head
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    config = BnbQuantizationConfig(**EIGHT)
+    assert replace_with_bnb_layers(model, config, modules_to_not_convert=["head"]) is model
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear8bitLt)}
+    assert layers and "head" not in layers and type(model.head) is torch.nn.Linear
+    for name, layer in layers.items():
+        assert torch.equal(layer.weight.data, before[f"{name}.weight"])  # not quantized yet
+        assert not layer.weight.requires_grad
+    # Inside a larger model, current_key_name places the names: "outer.blocks.0" is skipped.
+    inner = TinyLM(vocab=32, width=16, depth=2)
+    replace_with_bnb_layers(
+        inner, BnbQuantizationConfig(**FOUR), ["outer.blocks.0"], current_key_name=["outer"]
+    )
+    kinds = {name: type(m).__name__ for name, m in inner.blocks.named_modules() if "." in name}
+    assert {k: v for k, v in kinds.items() if k.startswith("0.")} and all(
+        v != "Linear4bit" for k, v in kinds.items() if k.startswith("0.")
+    )
+    assert any(v == "Linear4bit" for k, v in kinds.items() if k.startswith("1."))
+
+
+def test_get_parameter_device():
+    from accel_ckpt.big_modeling.quantization import get_parameter_device
+
+    assert get_parameter_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    with init_empty_weights():
+        assert get_parameter_device(torch.nn.Linear(2, 2)).type == "meta"
+    with pytest.raises(ValueError, match="ReLU has no parameters"):
+        get_parameter_device(torch.nn.ReLU())
+
+
+def test_get_quantized_model_device_map_counts_quantized_sizes():
+    from accel_ckpt.big_modeling.quantization import get_quantized_model_device_map
+
+    with init_empty_weights():
+        model = Stack(width=64, depth=4)
+    per_block_fp32 = sum(p.numel() * 4 for p in model.blocks[0].parameters())
+    budget = {"cpu": per_block_fp32 * 3}
+    # The default skip list keeps the last child, here "blocks": nothing is quantized.
+    fp32_plan = get_quantized_model_device_map(
+        model, BnbQuantizationConfig(**EIGHT), "sequential", budget, ["Block"]
+    )
+    int8_plan = get_quantized_model_device_map(
+        model, BnbQuantizationConfig(load_in_8bit=True, skip_modules=[]), "sequential", budget,
+        ["Block"],
+    )  # fmt: skip
+    assert list(fp32_plan.values()).count("cpu") == 2
+    assert "disk" in fp32_plan.values()
+    assert set(int8_plan.values()) == {"cpu"}  # int8 weights: all four blocks fit
+    assert get_quantized_model_device_map(model, BnbQuantizationConfig(**EIGHT), {"": "cpu"}) == {
+        "": "cpu"
+    }
+    with pytest.raises(InvalidArgumentError, match="device_map='fastest'"):
+        get_quantized_model_device_map(model, BnbQuantizationConfig(**EIGHT), "fastest")

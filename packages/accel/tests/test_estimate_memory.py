@@ -135,3 +135,97 @@ def test_accel_cli_runs_the_command_and_loads_it_only_when_it_runs():
     assert result.returncode == 0, result.stderr
     estimate = json.loads(result.stdout)
     assert estimate["parameters"] == 800 and estimate["rows"][0]["training"] == 4 * 800 * 2
+
+
+# ----------------------------------------------------- Accelerate's names in accel.commands.estimate
+def test_create_empty_model_builds_a_spec_on_meta_and_refuses_hub_names(monkeypatch):
+    from accel.commands.estimate import create_empty_model
+    from accel.commands.memory_spec import HubModelError
+
+    monkeypatch.chdir(HERE)
+    model = create_empty_model("estimate_models:Small", library_name=None)
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert sum(p.numel() for p in model.parameters()) == 1000 * 64 + 64 * 10 + 10 + 2 * 64
+    with pytest.raises(OSError, match="cannot download Hub models") as caught:
+        create_empty_model("bert-base-cased", library_name="transformers")
+    assert isinstance(caught.value, HubModelError)
+    with pytest.raises(ValueError, match="library_name='keras'"):
+        create_empty_model("estimate_models:Small", library_name="keras")
+
+
+def test_create_empty_model_reads_a_local_transformers_config(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from accel.commands.estimate import create_empty_model
+
+    config = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+    )
+    config.save_pretrained(tmp_path)
+    model = create_empty_model(str(tmp_path), library_name=None)
+    assert type(model).__name__ == "BertModel"
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+def test_check_has_model_names_the_library_only_when_it_is_installed():
+    import importlib.util
+
+    from accel.commands.estimate import check_has_model
+
+    has_transformers = importlib.util.find_spec("transformers") is not None
+    missing_file = OSError("x does not appear to have a file named config.json")
+    assert check_has_model(missing_file) == ("transformers" if has_transformers else "unknown")
+    assert check_has_model(ValueError("something else")) == "unknown"
+    has_timm = importlib.util.find_spec("timm") is not None
+    assert check_has_model(RuntimeError("Unknown model (x)")) == ("timm" if has_timm else "unknown")
+
+
+def test_estimate_training_usage_follows_accelerates_formula():
+    from accel.commands.estimate import estimate_training_usage
+
+    assert estimate_training_usage(1000, "float32") == {
+        "model": 1000,
+        "gradients": 1000,
+        "optimizer": 2000,
+        "step": 4000,
+    }
+    mixed = {"model": 1000, "gradients": 1500, "optimizer": 2000, "step": 2000}
+    assert estimate_training_usage(1000, "bfloat16") == mixed
+    assert estimate_training_usage(1000, "fp8") == mixed
+    assert set(estimate_training_usage(1000, "fp8", msamp_config="O2").values()) == {-1}
+    assert set(estimate_training_usage(1000, "int8").values()) == {-1}
+
+
+def test_create_ascii_table_boxes_and_centres_the_cells():
+    from accel.commands.estimate import create_ascii_table
+
+    table = create_ascii_table(["dtype", "Size"], [["float32", "4 B"], ["int4", "0.5 B"]], "T")
+    lines = table.splitlines()
+    assert lines[0] == "┌" + "─" * 13 + "┐"
+    assert lines[1] == "│" + "T".center(13) + "│"
+    assert lines[3] == "│ dtype │" + "Size".center(5) + "│"
+    assert lines[5] == "│float32│ 4 B │"
+    assert lines[-1] == "└───────┴─────┘"
+    assert len({len(line) for line in lines}) == 1
+    wide = create_ascii_table(["a"], [["b"]], "a long title").splitlines()
+    assert len({len(line) for line in wide}) == 1 and "a long title" in wide[1]
+
+
+def test_main_runs_the_standalone_command(capsys, monkeypatch):
+    from accel.commands.estimate import main
+
+    monkeypatch.chdir(HERE)
+    assert main(["estimate_models:tied", "--dtypes", "float32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parameters"] == 800
+    assert main(["bert-base-cased"]) == 2
+    assert "cannot download Hub models" in capsys.readouterr().err
+
+
+def test_merge_module_has_accelerates_description():
+    from accel.commands import merge
+
+    assert merge.description == merge.DESCRIPTION
+    assert merge.merge_command_parser().description == merge.description

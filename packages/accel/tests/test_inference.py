@@ -61,3 +61,18 @@ def test_find_pippy_batch_size_takes_the_first_input_with_one():
     assert find_pippy_batch_size((None, torch.zeros(3, 2)), {"x": torch.zeros(5)}) == 3
     assert find_pippy_batch_size(None, {"mask": None, "x": torch.zeros(5, 1)}) == 5
     assert find_pippy_batch_size((), None) is None
+
+
+def test_pippy_forward_takes_accelerates_forward_parameter():
+    from accel.inference import pippy_forward
+
+    calls = []
+
+    def forward(x, scale=1):
+        calls.append(x)
+        return x * scale
+
+    # One process: the step runs with the inputs and its output is returned.
+    out = pippy_forward(forward, 1, False, torch.ones(2), scale=3)
+    assert torch.equal(out, torch.full((2,), 3.0))
+    assert len(calls) == 1

@@ -376,3 +376,116 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _convert_nargs_to_dict(nargs: list[str]) -> dict[str, bool | int | float | str]:
+    """Accelerate's name for :func:`script_args_to_hyperparameters` (its parameter ``nargs``).
+
+    Raises:
+        ValueError: A flag has no value (see :func:`script_args_to_hyperparameters`).
+    """
+    return script_args_to_hyperparameters(nargs)
+
+
+def filter_args(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, default_args: list[str] | None = None
+) -> argparse.Namespace:
+    """The settings of ``args`` that ``parser`` knows, over ``parser``'s defaults.
+
+    ``parser`` parses ``default_args`` (unknown items ignored) into a fresh namespace; each of its
+    attributes that ``args`` also has takes ``args``' value. Attributes ``parser`` does not define
+    (the launcher's own flags) are dropped, so the result can be handed to a tool with its own
+    parser (Accelerate's ``_filter_args``, used to build ``torchrun``'s arguments).
+    """
+    filtered, _ = parser.parse_known_args(list(default_args or []))
+    known = vars(filtered)
+    for key, value in vars(args).items():
+        if key in known:
+            setattr(filtered, key, value)
+    return filtered
+
+
+def env_var_path_add(env_var_name: str, path_to_add: str | os.PathLike[str]) -> str:
+    """``os.environ[env_var_name]`` with ``path_to_add`` appended, as the new value (not set).
+
+    Empty entries of the current value are dropped; entries are joined with ``os.pathsep``.
+    """
+    paths = [part for part in os.environ.get(env_var_name, "").split(os.pathsep) if part]
+    paths.append(os.fspath(path_to_add))
+    return os.pathsep.join(paths)
+
+
+def _env_text(value: object) -> str:
+    """A launcher setting as variable text: booleans as ``true``/``false``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def setup_fp8_env(args: argparse.Namespace, current_env: dict[str, str]) -> dict[str, str]:
+    """Add every set ``fp8_*`` setting of ``args`` to ``current_env`` as ``ACCELERATE_FP8_<NAME>``.
+
+    ``fp8_override_linear_precision`` (three booleans, or ``"false,false,true"`` as accel's
+    parser keeps it) becomes ``ACCELERATE_FP8_OVERRIDE_FPROP``/``_DGRAD``/``_WGRAD``. Settings
+    left ``None`` are not written. ``current_env`` is updated in place and returned; workers read
+    these variables as the fp8 recipe (:mod:`accel_state.contract`).
+
+    Raises:
+        ValueError: ``fp8_override_linear_precision`` does not hold exactly three values.
+    """
+    for name, value in vars(args).items():
+        if not name.startswith("fp8_") or value is None:
+            continue
+        if name == "fp8_override_linear_precision":
+            parts = (
+                [part.strip() for part in value.split(",")]
+                if isinstance(value, str)
+                else list(value)
+            )
+            if len(parts) != 3:
+                raise ValueError(
+                    f"fp8_override_linear_precision={value!r} must hold three values "
+                    "(fprop, dgrad, wgrad), e.g. false,false,true."
+                )
+            for gemm, part in zip(("FPROP", "DGRAD", "WGRAD"), parts, strict=True):
+                current_env[f"ACCELERATE_FP8_OVERRIDE_{gemm}"] = _env_text(part)
+        else:
+            current_env[f"ACCELERATE_{name.upper()}"] = _env_text(value)
+    return current_env
+
+
+#: The ``--parallelism_config_*`` settings written whatever the degrees are.
+_PARALLELISM_ALWAYS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend")
+_PARALLELISM_SP = ("sp_size", "sp_backend")
+_PARALLELISM_SP_ONLY = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
+
+
+def prepare_extend_env_parallelism_config(
+    args: argparse.Namespace, current_env: dict[str, str]
+) -> dict[str, str]:
+    """Add ``args``' ``--parallelism_config_*`` settings to ``current_env`` (in place, returned).
+
+    Sets ``ACCELERATE_USE_PARALLELISM_CONFIG=true`` and ``PARALLELISM_CONFIG_<KEY>`` for each
+    setting given (``None`` ones are left to the worker's defaults); the ring-attention strategy
+    only with a context-parallel degree above 1, and the sequence-length settings only with a
+    sequence-parallel degree above 1, as in Accelerate.
+    """
+
+    def setting(key: str) -> Any:
+        return getattr(args, f"parallelism_config_{key}", None)
+
+    def size(key: str) -> int:
+        value = setting(key)
+        return int(value) if value is not None else 1
+
+    keys = [*_PARALLELISM_ALWAYS, *_PARALLELISM_SP]
+    if size("cp_size") > 1:
+        keys.append("cp_comm_strategy")
+    if size("sp_size") > 1:
+        keys.extend(_PARALLELISM_SP_ONLY)
+    current_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+    for key in keys:
+        value = setting(key)
+        if value is not None:
+            current_env[f"PARALLELISM_CONFIG_{key.upper()}"] = _env_text(value)
+    return current_env

@@ -138,19 +138,23 @@ def build_pipeline(
 
 
 def pippy_forward(
-    step: Any, num_chunks: int, gather_output: bool, *args: Any, **kwargs: Any
+    forward: Any, num_chunks: int, gather_output: bool, *args: Any, **kwargs: Any
 ) -> Any:
-    """One pipelined forward: process 0 feeds the inputs, the last process gets the output."""
+    """One pipelined forward: process 0 feeds the inputs, the last process gets the output.
+
+    ``forward`` is the pipeline's step (called with the inputs on process 0, without on the
+    others); a single process calls it with the inputs and returns its output.
+    """
     state = PartialState()
     output = None
     if state.num_processes == 1:
-        output = step(*args, **kwargs)
+        output = forward(*args, **kwargs)
     elif state.is_main_process:
-        step(*args, **kwargs)
+        forward(*args, **kwargs)
     elif state.is_last_process:
-        output = step()
+        output = forward()
     else:
-        step()
+        forward()
     if gather_output:
         output = copy_tensor_to_devices(output)
     return output

@@ -37,7 +37,7 @@ from accel_ckpt.big_modeling.tensors import (
 from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.errors import DeviceMapError
 from accel_ckpt.placement import resolve_dtype
-from accel_ckpt.sizes import format_size
+from accel_ckpt.sizes import format_size, parse_size
 
 # Accelerate logs from ``accelerate.utils.modeling``; accel's twin of that name.
 logger = logging.getLogger("accel.utils.modeling")
@@ -238,6 +238,50 @@ def _fallback(
             rest[index : index + 1] = _split(parent, rest[index][1])  # type: ignore[arg-type]
     names = [n for n, _ in rest]
     return rest.pop(names.index(found[0])), rest
+
+
+def fallback_allocate(
+    modules: list[tuple[str, nn.Module]],
+    module_sizes: dict[str, int],
+    size_limit: int | str,
+    no_split_module_classes: list[str] | None = None,
+    tied_parameters: list[list[str]] | None = None,
+) -> tuple[str | None, nn.Module | None, list[tuple[str, nn.Module]]]:
+    """Find a module of ``modules`` that fits in ``size_limit`` (Accelerate's fallback step).
+
+    ``modules`` is searched breadth-first: a module too big is replaced by its own parameters and
+    children (unless its class is in ``no_split_module_classes``), and the first one whose size,
+    with the modules holding parameters tied to it (``tied_parameters``), fits is taken.
+    ``infer_auto_device_map(fallback_allocation=True)`` uses this to put something on a device
+    the next whole module does not fit on.
+
+    Args:
+        modules: ``(name, module)`` pairs, names as in the model.
+        module_sizes: Bytes per name, as :func:`compute_module_sizes` returns.
+        size_limit: Bytes, or a size such as ``"2GB"``; a negative int finds nothing.
+        no_split_module_classes: Class names never split.
+        tied_parameters: Groups of tied parameter names (:func:`find_tied_parameters`).
+
+    Returns:
+        The found module's name, the module, and ``modules`` without it (its ancestors there
+        replaced by their parts); ``(None, None, modules)`` when nothing fits.
+
+    Raises:
+        ValueError: ``size_limit`` is a string that is not a size.
+    """
+    limit = size_limit if isinstance(size_limit, int) else parse_size(size_limit, "size_limit")
+    queue: list[_Item] = list(modules)
+    found, rest = _fallback(
+        queue,
+        module_sizes,
+        limit,
+        set(no_split_module_classes or []),
+        [list(group) for group in tied_parameters or []],
+    )
+    if found is None:
+        return None, None, modules
+    # Split parents leave their own parameters in the list too, as in Accelerate.
+    return found[0], found[1], rest  # type: ignore[return-value]
 
 
 def infer_auto_device_map(

@@ -172,7 +172,9 @@ def get_keys_to_not_convert(model: nn.Module) -> list[str]:
     return sorted(names)
 
 
-def _quantized_layer(bnb: Any, config: BnbQuantizationConfig, linear: nn.Linear) -> nn.Module:
+def _quantized_layer(
+    bnb: Any, config: BnbQuantizationConfig, linear: nn.Linear, device: torch.device | str = "meta"
+) -> nn.Module:
     bias = linear.bias is not None
     if config.load_in_8bit:
         return bnb.nn.Linear8bitLt(  # type: ignore[no-any-return]
@@ -181,7 +183,7 @@ def _quantized_layer(bnb: Any, config: BnbQuantizationConfig, linear: nn.Linear)
             bias,
             has_fp16_weights=False,
             threshold=float(config.llm_int8_threshold),
-            device="meta",
+            device=device,
         )
     return bnb.nn.Linear4bit(  # type: ignore[no-any-return]
         linear.in_features,
@@ -190,34 +192,109 @@ def _quantized_layer(bnb: Any, config: BnbQuantizationConfig, linear: nn.Linear)
         compute_dtype=config.bnb_4bit_compute_dtype,
         compress_statistics=config.bnb_4bit_use_double_quant,
         quant_type=config.bnb_4bit_quant_type,
-        device="meta",
+        device=device,
     )
 
 
-def replace_with_bnb_layers(
+def _linears_to_convert(
+    model: nn.Module, modules_to_not_convert: list[str], prefix: str = ""
+) -> list[tuple[nn.Module, str, str]]:
+    """``(parent, attribute, name in model)`` of each ``nn.Linear`` to quantize.
+
+    A layer is kept when its full name (``prefix`` + its name in ``model``) is one of
+    ``modules_to_not_convert`` or lies inside one (whole dotted components).
+    """
+    found = []
+    for parent_name, parent in model.named_modules():
+        for child_name, child in parent.named_children():
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            full = f"{prefix}.{name}" if prefix else name
+            if type(child) is not nn.Linear:
+                continue
+            if any(_matches(full, skip) for skip in modules_to_not_convert):
+                continue
+            found.append((parent, child_name, name))
+    return found
+
+
+def _warn_nothing_replaced(model: nn.Module) -> None:
+    logger.warning(
+        "load_and_quantize_model: %s has no nn.Linear layer to quantize.", type(model).__name__
+    )
+
+
+def _replace_linear_layers(
     model: nn.Module, config: BnbQuantizationConfig, modules_to_not_convert: list[str]
 ) -> list[str]:
-    """Swap every ``nn.Linear`` outside ``modules_to_not_convert`` for an empty bitsandbytes layer.
+    """Swap every ``nn.Linear`` outside ``modules_to_not_convert`` for an empty (meta) layer.
 
     Returns:
         The names of the replaced layers.
     """
     bnb = _bnb()
-    replaced = []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            if type(child) is not nn.Linear:
-                continue
-            if any(_matches(name, skip) for skip in modules_to_not_convert):
-                continue
-            setattr(parent, child_name, _quantized_layer(bnb, config, child))
-            replaced.append(name)
-    if not replaced:
-        logger.warning(
-            "load_and_quantize_model: %s has no nn.Linear layer to quantize.", type(model).__name__
-        )
-    return replaced
+    found = _linears_to_convert(model, modules_to_not_convert)
+    for parent, attribute, _ in found:
+        setattr(parent, attribute, _quantized_layer(bnb, config, getattr(parent, attribute)))
+    if not found:
+        _warn_nothing_replaced(model)
+    return [name for _, _, name in found]
+
+
+def replace_with_bnb_layers(
+    model: nn.Module,
+    bnb_quantization_config: BnbQuantizationConfig,
+    modules_to_not_convert: list[str] | None = None,
+    current_key_name: list[str] | None = None,
+) -> nn.Module:
+    """Swap every ``nn.Linear`` outside ``modules_to_not_convert`` for a bitsandbytes layer.
+
+    As in Accelerate, each new ``Linear8bitLt``/``Linear4bit`` (per ``load_in_8bit`` /
+    ``load_in_4bit``) holds the replaced layer's weight and bias, not yet quantized
+    (bitsandbytes quantizes when the layer moves to its device), and does not require grad.
+
+    Args:
+        model: The model (or a submodule of a larger one), changed in place.
+        bnb_quantization_config: Which layer type and its settings.
+        modules_to_not_convert: Module names kept in full precision, matched against each
+            layer's full name and its parents (``"lm_head"`` keeps ``lm_head`` and everything in
+            it). ``None``: none.
+        current_key_name: Where ``model`` sits inside a larger model, as name components
+            (``["model", "decoder"]``), so that names there match ``modules_to_not_convert``.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        InvalidArgumentError: bitsandbytes is not installed.
+    """
+    bnb = _bnb()
+    prefix = ".".join(current_key_name or [])
+    found = _linears_to_convert(model, list(modules_to_not_convert or []), prefix)
+    for parent, attribute, _ in found:
+        linear = getattr(parent, attribute)
+        layer = _quantized_layer(bnb, bnb_quantization_config, linear, linear.weight.device)
+        layer.weight.data = linear.weight.data
+        if linear.bias is not None:
+            layer.bias.data = linear.bias.data
+        layer.requires_grad_(False)
+        setattr(parent, attribute, layer)
+    if not found:
+        _warn_nothing_replaced(model)
+    return model
+
+
+def get_parameter_device(parameter: nn.Module) -> torch.device:
+    """The device of ``parameter``'s first parameter (Accelerate's helper).
+
+    Raises:
+        ValueError: The module has no parameters.
+    """
+    for tensor in parameter.parameters():
+        return tensor.device
+    raise ValueError(
+        f"get_parameter_device: {type(parameter).__name__} has no parameters, so no device; "
+        "pass a module that holds at least one parameter."
+    )
 
 
 def _device(key: DeviceKey) -> torch.device:
@@ -434,6 +511,43 @@ def _plan(
     return {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
 
 
+def get_quantized_model_device_map(
+    model: nn.Module,
+    bnb_quantization_config: BnbQuantizationConfig,
+    device_map: str | Mapping[str, int | str | torch.device] | None = None,
+    max_memory: Mapping[object, int | str] | None = None,
+    no_split_module_classes: list[str] | None = None,
+) -> dict[str, DeviceKey]:
+    """The device map :func:`load_and_quantize_model` would use for ``model`` (Accelerate's step).
+
+    A planning strategy (``"auto"``, ``"balanced"``, ``"balanced_low_0"``, ``"sequential"``)
+    counts the quantized linear weights at the quantized size (bitsandbytes layers already in
+    ``model``, or the ``nn.Linear`` layers outside ``skip_modules``/``keep_in_fp32_modules`` that
+    :func:`load_and_quantize_model` would convert), ``keep_in_fp32_modules`` in float32 and the
+    rest in ``torch_dtype``. A dict is checked against the model and returned normalized;
+    ``None`` puts everything on the first GPU, else on the CPU (Accelerate requires a GPU; accel
+    quantizes on the CPU too, and offloads 4-bit layers where Accelerate refuses).
+
+    Raises:
+        InvalidArgumentError: An unknown strategy or a dict naming modules the model lacks.
+    """
+    config = bnb_quantization_config
+    skip = list(config.skip_modules) if config.skip_modules is not None else None
+    if skip is None:
+        skip = get_keys_to_not_convert(model)
+    keep_in_fp32 = list(config.keep_in_fp32_modules or [])
+    quantized = {
+        name
+        for name, module in model.named_modules()
+        if type(module).__name__ in ("Linear8bitLt", "Linear4bit")
+        and type(module).__module__.startswith("bitsandbytes")
+    }
+    quantized.update(name for _, _, name in _linears_to_convert(model, skip + keep_in_fp32))
+    return _plan(
+        model, config, device_map, max_memory, no_split_module_classes, quantized, keep_in_fp32
+    )
+
+
 def load_and_quantize_model(
     model: nn.Module,
     bnb_quantization_config: BnbQuantizationConfig,
@@ -491,7 +605,7 @@ def load_and_quantize_model(
             "None; pass the checkpoint file or folder to load."
         )
     with init_empty_weights():
-        quantized = set(replace_with_bnb_layers(model, config, skip + keep_in_fp32))
+        quantized = set(_replace_linear_layers(model, config, skip + keep_in_fp32))
     plan = _plan(
         model, config, device_map, max_memory, no_split_module_classes, quantized, keep_in_fp32
     )
@@ -550,7 +664,7 @@ def _quantize_loaded(
             "device; pass device_map={'': device} or None."
         )
     weights = {name: tensor.detach() for name, tensor in model.state_dict().items()}
-    quantized = set(replace_with_bnb_layers(model, config, not_converted))
+    quantized = set(_replace_linear_layers(model, config, not_converted))
     quantizer = _Quantizer(model, config, quantized, keep_in_fp32)
     for name, value in weights.items():
         if name in quantizer.quantized_weights:
@@ -726,4 +840,6 @@ __all__ = [
     "has_8bit_bnb_layers",
     "load_and_quantize_model",
     "replace_with_bnb_layers",
+    "get_parameter_device",
+    "get_quantized_model_device_map",
 ]

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.commands._parsers import command_parser
 from accel.commands.memory_spec import DTYPE_BYTES, HubModelError, ModelSpecError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 DEFAULT_DTYPES = ("float32", "float16", "int8", "int4")
 
@@ -23,9 +27,14 @@ EXAMPLE = "accel estimate-memory torchvision.models:resnet50 --dtypes float32 bf
 __all__ = [
     "DEFAULT_DTYPES",
     "add_timm_hub_prefix",
+    "check_has_model",
+    "create_ascii_table",
+    "create_empty_model",
     "estimate_command",
     "estimate_command_parser",
+    "estimate_training_usage",
     "gather_data",
+    "main",
     "register",
     "verify_on_hub",
 ]
@@ -206,6 +215,154 @@ def estimate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _library_available(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _raised_by(error: BaseException, class_name: str) -> bool:
+    return any(cls.__name__ == class_name for cls in type(error).__mro__)
+
+
+def check_has_model(error: BaseException) -> str:
+    """Which library failed to find a model: ``timm``, ``transformers`` or ``unknown``.
+
+    Accelerate's classification of the error a failed model build raised.
+
+    ``timm``: a ``RuntimeError`` "Unknown model", huggingface_hub's ``EntryNotFoundError`` or a
+    ``KeyError`` naming the architecture, with timm installed. ``transformers``: an ``OSError`` or
+    ``ValueError`` saying a file is missing or the model is unrecognized, with transformers
+    installed.
+    """
+    message = str(error)
+    if _library_available("timm") and (
+        (isinstance(error, RuntimeError) and "Unknown model" in message)
+        or _raised_by(error, "EntryNotFoundError")
+        or (isinstance(error, KeyError) and "architecture" in message)
+    ):
+        return "timm"
+    if (
+        _library_available("transformers")
+        and isinstance(error, (OSError, ValueError))
+        and (
+            "does not appear to have a file named" in message or "Unrecognized model in" in message
+        )
+    ):
+        return "transformers"
+    return "unknown"
+
+
+def create_empty_model(
+    model_name: str,
+    library_name: str | None,
+    trust_remote_code: bool = False,
+    access_token: str | None = None,
+) -> nn.Module:
+    """Build ``model_name`` on the meta device (float32, nothing allocated) to measure it.
+
+    ``model_name`` is a local folder holding a transformers ``config.json`` (built with
+    ``AutoModel.from_config``; ``library_name`` ``None`` or ``"transformers"``) or a
+    ``module:callable`` spec as ``accel estimate-memory`` takes. Accelerate also reads Hub repo
+    ids; accel never downloads, so a Hub name raises (``access_token`` is accepted for
+    Accelerate's signature and only ever used by the Hub).
+
+    Raises:
+        ValueError: ``library_name`` is not ``transformers`` or ``timm``.
+        HubModelError: ``model_name`` is a Hub repo id (an ``OSError``).
+        ModelSpecError: A ``module:callable`` spec does not build a model.
+        ImportError: The folder needs transformers, which is not installed.
+    """
+    if library_name not in (None, "transformers", "timm"):
+        raise ValueError(
+            f"library_name={library_name!r} is not supported; use 'transformers' or 'timm'."
+        )
+    if os.path.isfile(os.path.join(model_name, "config.json")) and library_name != "timm":
+        if not _library_available("transformers"):
+            raise ImportError(
+                f"To check `{model_name}`, `transformers` must be installed. Please install it "
+                "via `pip install transformers`"
+            )
+        import torch
+        from transformers import AutoConfig, AutoModel
+
+        config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model: nn.Module = AutoModel.from_config(
+                config, torch_dtype=torch.float32, trust_remote_code=trust_remote_code
+            )
+        return model
+    module_part, sep, attribute = model_name.rpartition(":")
+    if sep and module_part and attribute and module_part != "hf-hub":
+        from accel.commands.memory_estimate import load_model_spec
+
+        return load_model_spec(model_name)
+    raise HubModelError(_hub_message(model_name))
+
+
+def create_ascii_table(headers: list[str], rows: list[list[str]], title: str) -> str:
+    """A box-drawn table of ``rows`` (strings) under ``headers``, with ``title`` on top.
+
+    Cells are centred; the last column widens when the title is wider than the columns.
+    """
+    widths = [
+        max(len(str(cell)) for cell in [header, *(row[i] for row in rows)])
+        for i, header in enumerate(headers)
+    ]
+    inner = sum(widths) + len(widths) - 1
+    if len(title) > inner:
+        widths[-1] += len(title) - inner
+        inner = len(title)
+
+    def rule(left: str, middle: str, right: str) -> str:
+        return left + middle.join("─" * width for width in widths) + right
+
+    def line(cells: list[str]) -> str:
+        return "│" + "│".join(str(c).center(w) for c, w in zip(cells, widths, strict=True)) + "│"
+
+    return "\n".join(
+        [
+            "┌" + "─" * inner + "┐",
+            "│" + title.center(inner) + "│",
+            rule("├", "┬", "┤"),
+            line(headers),
+            rule("├", "┼", "┤"),
+            *(line(row) for row in rows),
+            rule("└", "┴", "┘"),
+        ]
+    )
+
+
+def estimate_training_usage(
+    bytes: int,  # Accelerate's parameter name
+    mixed_precision: str,
+    msamp_config: str | None = None,
+) -> dict[str, int]:
+    """Accelerate's Adam training memory at batch size 1 for a model of ``bytes`` (float32).
+
+    Returns ``{"model", "gradients", "optimizer", "step"}`` in bytes. ``float32``: weights,
+    gradients the same, Adam's moments twice that, ``step`` (the peak) four times the weights.
+    ``float16``/``bfloat16`` (and ``fp8`` without an MS-AMP config, which saves nothing): float32
+    master weights, 1.5x for gradients, 2x for the moments, ``step`` = the moments. Anything else
+    (int8, int4, fp8 with MS-AMP) cannot be estimated: every value is ``-1``.
+    """
+    sizes = {"model": -1, "optimizer": -1, "gradients": -1, "step": -1}
+    full, half = bytes, bytes // 2
+    if mixed_precision == "float32":
+        sizes.update(model=full, gradients=full, optimizer=2 * full, step=4 * full)
+    elif mixed_precision in ("float16", "bfloat16") or (
+        mixed_precision == "fp8" and msamp_config is None
+    ):
+        sizes.update(model=full, gradients=full + half, optimizer=2 * full, step=2 * full)
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m accel.commands.estimate MODEL_SPEC``: the standalone command; its exit code."""
+    parser = estimate_command_parser()
+    return run_estimate(parser.parse_args(argv))
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     """``accel estimate-memory``: :func:`estimate_command`, its errors as one line and exit code 2."""
     try:
@@ -213,3 +370,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     except ModelSpecError as error:
         print(f"accel estimate-memory: error: {error}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,6 +20,8 @@ DESCRIPTION = (
     "files (model.safetensors, or pytorch_model.bin with --unsafe_serialization). No processes "
     "are started; the whole model is loaded into CPU memory."
 )
+#: Accelerate's name for the command's description.
+description = DESCRIPTION
 
 
 def merge_command(args: argparse.Namespace) -> None:

@@ -262,6 +262,7 @@ _FROM_IMPORTS = [
 #: Accelerate's launch helpers (accel-launch, through the ``accel.utils.launch`` module path).
 _FROM_LAUNCH = [
     "PrepareForLaunch",
+    "_filter_args",
     "convert_dict_to_env_variables",
     "get_cpu_distributed_information",
     "prepare_deepspeed_cmd_env",

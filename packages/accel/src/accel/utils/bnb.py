@@ -5,6 +5,8 @@ from __future__ import annotations
 from accel_ckpt.big_modeling.quantization import (
     BnbQuantizationConfig,
     get_keys_to_not_convert,
+    get_parameter_device,
+    get_quantized_model_device_map,
     has_4bit_bnb_layers,
     load_and_quantize_model,
     replace_with_bnb_layers,
@@ -13,6 +15,8 @@ from accel_ckpt.big_modeling.quantization import (
 __all__ = [
     "BnbQuantizationConfig",
     "get_keys_to_not_convert",
+    "get_parameter_device",
+    "get_quantized_model_device_map",
     "has_4bit_bnb_layers",
     "load_and_quantize_model",
     "replace_with_bnb_layers",

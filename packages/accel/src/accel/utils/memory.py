@@ -31,18 +31,27 @@ def release_memory(*objects: Any) -> list[Any]:
     """
     count = len(objects)
     del objects
-    clear_device_cache()
+    clear_device_cache(garbage_collection=True)
     return [None] * count
 
 
-def clear_device_cache() -> None:
-    """Collect garbage and return cached blocks of every accelerator to the driver."""
-    gc.collect()
+def clear_device_cache(garbage_collection: bool = False) -> None:
+    """Return cached blocks of every accelerator to the driver.
+
+    Args:
+        garbage_collection: Run ``gc.collect()`` first, so blocks held only by unreachable
+            objects are freed too (slow: use sparingly, as Accelerate says).
+    """
+    if garbage_collection:
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
         xpu.empty_cache()
+    mps = getattr(torch, "mps", None)
+    if mps is not None and torch.backends.mps.is_available():
+        mps.empty_cache()
 
 
 def should_reduce_batch_size(exception: BaseException) -> bool:
@@ -115,7 +124,7 @@ def find_executable_batch_size(
                 f"{target.__name__}() got its batch size from find_executable_batch_size; call it "
                 f"without the first argument (got {names or 'extra positional arguments'})."
             )
-        clear_device_cache()
+        clear_device_cache(garbage_collection=True)
         while True:
             if batch_size <= 0:
                 raise RuntimeError(
@@ -127,7 +136,7 @@ def find_executable_batch_size(
             except Exception as error:
                 if not should_reduce_batch_size(error):
                     raise
-                clear_device_cache()
+                clear_device_cache(garbage_collection=True)
                 batch_size = reduce()
 
     return run
