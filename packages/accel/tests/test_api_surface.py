@@ -3,6 +3,7 @@
 import importlib
 import inspect
 import json
+import os
 import pickle
 import sys
 
@@ -294,8 +295,19 @@ def test_dynamo_plugin_reads_the_launchers_variables(monkeypatch):
     explicit = TorchDynamoPlugin(backend="eager", fullgraph=False, use_regional_compilation=False)
     assert explicit.backend == "eager" and not explicit.fullgraph
     assert not explicit.use_regional_compilation
+    # to_kwargs shows the launcher's settings, measured against the defaults of no launcher.
+    assert TorchDynamoPlugin().to_kwargs() == {
+        "backend": "aot_eager",
+        "mode": "reduce-overhead",
+        "fullgraph": True,
+        "dynamic": True,
+        "use_regional_compilation": True,
+    }
     monkeypatch.setenv("ACCEL_DYNAMO_BACKEND", "inductor")  # accel's own variable wins
     assert TorchDynamoPlugin().backend == "inductor"
+    for name in [n for n in os.environ if n.startswith(("ACCEL_DYNAMO", "ACCELERATE_DYNAMO"))]:
+        monkeypatch.delenv(name)
+    assert TorchDynamoPlugin().to_kwargs() == {}
 
 
 def test_accelerate_torch_device_picks_the_device(monkeypatch):

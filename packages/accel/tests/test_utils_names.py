@@ -325,3 +325,15 @@ def test_convert_model_refuses_the_reverse_direction_and_names_transformer_engin
         with pytest.raises(UnsupportedFeatureError, match="transformer-engine"):
             convert_model(model)
     assert [type(layer) for layer in model] == before  # a refusal leaves the model as it was
+
+
+def test_convert_dict_to_env_variables_warns_on_accelerates_logger_path(caplog):
+    from accel.utils.environment import convert_dict_to_env_variables
+
+    env = {"ACCELERATE_DEBUG_MODE": "1", "BAD_ENV_NAME": "<mything", "OTHER_ENV": "2"}
+    with caplog.at_level("WARNING", logger="accel.utils.environment"):
+        lines = convert_dict_to_env_variables(env)
+    assert lines == ["ACCELERATE_DEBUG_MODE=1\n", "OTHER_ENV=2\n"]
+    skipped = [r for r in caplog.records if r.name == "accel.utils.environment"]
+    assert len(skipped) == 1 and "BAD_ENV_NAME" in skipped[0].getMessage()
+    assert accel.utils.convert_dict_to_env_variables is convert_dict_to_env_variables

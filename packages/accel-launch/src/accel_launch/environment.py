@@ -19,11 +19,14 @@ _WRAPPED = "_accel_purged_environment"
 T = TypeVar("T")
 
 
-def convert_dict_to_env_variables(current_env: Mapping[str, str]) -> list[str]:
+def convert_dict_to_env_variables(
+    current_env: Mapping[str, str], *, log: logging.Logger | None = None
+) -> list[str]:
     """Turn ``{"A": "1"}`` into the lines ``A=1`` of an environment file (DeepSpeed's ``.deepspeed_env``).
 
     Entries with an empty key or value, or a character that would break such a file (``;``, a
-    newline, ``<``, ``>``, a space), are left out with a warning naming them.
+    newline, ``<``, ``>``, a space), are left out with a warning naming them, on ``log`` (this
+    module's logger unless given).
     """
     lines = []
     for key, value in current_env.items():
@@ -31,7 +34,7 @@ def convert_dict_to_env_variables(current_env: Mapping[str, str]) -> list[str]:
         if key and value and not any(char in text for char in _FORBIDDEN):
             lines.append(f"{key}={value}\n")
         else:
-            logger.warning(
+            (log or logger).warning(
                 "Skipping %s=%s: empty, or holds one of ; < > space or a newline", key, value
             )
     return lines

@@ -15,9 +15,13 @@ from accel_state import LaunchContract
 class KwargsHandler:
     """Base class: :meth:`to_kwargs` returns only the fields changed from their defaults."""
 
+    def _default_instance(self) -> KwargsHandler:
+        """The handler as built with no arguments, which ``to_kwargs`` compares against."""
+        return type(self)()
+
     def to_kwargs(self) -> dict[str, Any]:
         """The non-default fields as a dictionary."""
-        defaults = type(self)()
+        defaults = self._default_instance()
         return {
             field.name: getattr(self, field.name)
             for field in dataclasses.fields(self)
@@ -197,11 +201,22 @@ class TorchDynamoPlugin(KwargsHandler):
 
     def __post_init__(self) -> None:
         unset = (self.backend, self.mode, self.fullgraph, self.dynamic)
-        contract = (
+        self._fill_unset_from(
             LaunchContract.from_env()
             if None in unset or self.use_regional_compilation is None
             else LaunchContract()
         )
+
+    def _default_instance(self) -> TorchDynamoPlugin:
+        """The defaults without any launcher setting, so the launcher's show in ``to_kwargs``."""
+        plain = TorchDynamoPlugin.__new__(TorchDynamoPlugin)
+        for field in dataclasses.fields(TorchDynamoPlugin):
+            setattr(plain, field.name, field.default)
+        plain._fill_unset_from(LaunchContract())
+        return plain
+
+    def _fill_unset_from(self, contract: LaunchContract) -> None:
+        """Give the fields left ``None`` the launcher's settings in ``contract``."""
         backend: Any = contract.dynamo_backend if self.backend is None else self.backend
         if isinstance(backend, DynamoBackend):
             backend = backend.value

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
 from accel.fp8.capability import check_cuda_fp8_capability
 from accel.utils.amp import get_current_device_type
 from accel.utils.gpu_info import (
@@ -17,14 +20,27 @@ from accel.utils.other import (
     parse_choice_from_env,
     parse_flag_from_env,
 )
+from accel_launch import environment as _launch_environment
 from accel_launch.affinity import (
     CPUInformation,
     get_cpu_distributed_information,
     override_numa_affinity,
     set_numa_affinity,
 )
-from accel_launch.environment import convert_dict_to_env_variables, purge_accelerate_environment
+from accel_launch.environment import purge_accelerate_environment
 from accel_state import patch_environment, str_to_bool
+
+_logger = logging.getLogger(__name__)
+
+
+def convert_dict_to_env_variables(current_env: Mapping[str, str]) -> list[str]:
+    """Turn ``{"A": "1"}`` into the lines ``A=1`` of an environment file (DeepSpeed's ``.deepspeed_env``).
+
+    Entries that would break such a file are left out with a warning on this module's logger
+    (``accel.utils.environment``, the twin of Accelerate's), as Accelerate does.
+    """
+    return _launch_environment.convert_dict_to_env_variables(current_env, log=_logger)
+
 
 __all__ = [
     "CPUInformation",

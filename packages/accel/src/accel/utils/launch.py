@@ -3,13 +3,14 @@
 import subprocess
 from shutil import which
 
+from accel.utils.environment import convert_dict_to_env_variables
 from accel_launch.affinity import (
     CPUInformation,
     get_cpu_distributed_information,
     override_numa_affinity,
     set_numa_affinity,
 )
-from accel_launch.environment import convert_dict_to_env_variables, purge_accelerate_environment
+from accel_launch.environment import purge_accelerate_environment
 from accel_launch.launch_helpers import (
     PrepareForLaunch,
     _convert_nargs_to_dict,
