@@ -51,3 +51,16 @@ def test_shared_dict_is_dict_without_torch_xla():
 def test_do_nothing_takes_anything():
     assert do_nothing() is None
     assert do_nothing(1, 2, key="value") is None
+
+
+def test_base_enum_prints_its_value_and_contains_values():
+    from accel_state.types import BaseEnum
+
+    class Color(BaseEnum):
+        RED = "red"
+        BLUE = "blue"
+
+    assert str(Color.RED) == "red"
+    assert Color.list() == ["red", "blue"]
+    assert "red" in Color and "green" not in Color
+    assert Color.BLUE in Color

@@ -71,6 +71,6 @@ class ThreadLocalSharedDict(threading.local):
 #: The type of a state class's shared dictionary, as in Accelerate: a plain ``dict`` (one per
 #: process; accel keeps its state dictionaries in :func:`shared_dict`'s registry), or
 #: :class:`ThreadLocalSharedDict` where ``torch_xla`` is installed.
-SharedDict: type[dict[str, Any]] | type[ThreadLocalSharedDict] = (
+SharedDict: type[Any] = (
     ThreadLocalSharedDict if importlib.util.find_spec("torch_xla") is not None else dict
 )
