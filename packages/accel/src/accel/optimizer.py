@@ -66,7 +66,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         strategy: ModelStrategy | None = None,
     ) -> None:
         self.optimizer = optimizer
-        self.scaler = scaler if precision is None else None
+        self.scaler: Any = scaler if precision is None else None
         self._accelerate_step_called = False
         self.precision = precision
         self.strategy = strategy
