@@ -156,6 +156,28 @@ NOTES: dict[tuple[str, str], tuple[str, str]] = {
         "reties every group of tied parameters after each module's param_init_fn (device unused)",
     ),
     **{
+        ("accelerate.data_loader", name): (
+            "differs",
+            "no torch_device_mesh parameter: accel's loaders take the N-D mesh from the job "
+            "(PartialState().data_parallel_size / data_parallel_process_index, set by the "
+            "ParallelismConfig's mesh), so tensor/context-parallel ranks share a batch without it",
+        )
+        for name in ("DataLoaderShard", "DataLoaderDispatcher", "prepare_data_loader")
+    },
+    ("accelerate.data_loader", "DataLoaderAdapter"): (
+        "absent",
+        "Accelerate's delegating wrapper that swaps in torchdata's StatefulDataLoader; accel's "
+        "DataLoaderShard/DataLoaderDispatcher are DataLoader subclasses whose state_dict/"
+        "load_state_dict (DataLoaderStateMixin) resume mid-epoch with or without torchdata "
+        "(with use_stateful_dataloader=True they are torchdata StatefulDataLoader instances too)",
+    ),
+    ("accelerate.state", "AcceleratorState"): (
+        "differs",
+        "_from_accelerator is accepted and unused: an AcceleratorState may be created without an "
+        "Accelerator (Accelerate raises ValueError); megatron_lm_plugin other than None raises "
+        "UnsupportedFeatureError",
+    ),
+    **{
         ("accelerate.utils", name): ("differs", _MEGATRON)
         for name in (
             "AbstractTrainStep",

@@ -376,3 +376,36 @@ def skipped_collective_worker(operation: str) -> dict:
             "cause": repr(error.__cause__),
         }
     return {"message": None}
+
+
+def verification_worker():
+    """verify_operation / chained_operation / gather_tensor_shape on real processes."""
+    rank, _world_size = start_group("direct")
+
+    @accel_ops.verify_operation
+    def total(tensor):
+        return accel_ops.reduce(tensor, reduction="sum", debug=False)
+
+    @accel_ops.chained_operation
+    def outer(tensor):
+        return total(tensor)
+
+    accel_ops.set_debug_mode(True)
+    try:
+        same = total(torch.ones(2)).tolist()
+        try:
+            outer(tensor=torch.ones(rank + 1))
+        except accel_ops.DistributedOperationError as error:
+            chained = (str(error), str(error.__cause__))
+        else:
+            chained = None
+    finally:
+        accel_ops.set_debug_mode(None)
+    held = torch.arange(6, dtype=torch.int16).reshape(2, 3) if rank == 1 else None
+    shape, code = accel_ops.gather_tensor_shape(held)
+    return {
+        "same": same,
+        "chained": chained,
+        "shape": shape.tolist(),
+        "dtype": str(accel_ops.TENSOR_INT_TO_DTYPE[code]),
+    }

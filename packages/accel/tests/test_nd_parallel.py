@@ -354,3 +354,23 @@ def test_context_parallel_on_two_gpus_matches_one_process_and_shards_over_cp():
         assert report["mesh"] == ["cp"] and report["cp_rank"] == report["rank"]
         assert nd_workers.close(report["losses"], single, tolerance=1e-3)
         assert all(fraction == pytest.approx(0.5) for fraction in report["fractions"].values())
+
+
+def test_accelerator_state_takes_accelerates_plugin_arguments():
+    from accel.errors import UnsupportedFeatureError
+    from accel.state import AcceleratorState
+
+    with pytest.raises(UnsupportedFeatureError, match="megatron_lm_plugin"):
+        AcceleratorState(megatron_lm_plugin=object())
+    plugin = TorchTensorParallelPlugin(tp_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        state = AcceleratorState(torch_tp_plugin=plugin)  # no Accelerator needed
+    assert state.torch_tp_plugin is plugin
+    assert state.parallelism_config.tp_size == 1
+    assert plugin.torch_device_mesh is state.device_mesh
+    AcceleratorState._reset_state(reset_partial_state=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        accelerator = Accelerator(torch_tp_plugin=plugin)
+    assert accelerator.state.torch_tp_plugin is plugin

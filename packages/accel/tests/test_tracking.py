@@ -191,3 +191,15 @@ def test_tqdm_shows_on_local_main_only():
     bar = tqdm(range(3))
     assert not bar.disable
     assert list(bar) == [0, 1, 2]
+
+
+def test_general_tracker_takes_accelerates_blank_argument():
+    class Plain(GeneralTracker):
+        name = "plain"
+
+        def __init__(self):
+            super().__init__(_blank=True)
+
+    tracker = Plain()
+    assert tracker.tracker is tracker and tracker.name == "plain"
+    assert GeneralTracker().name == "general"  # the base class defines every required field

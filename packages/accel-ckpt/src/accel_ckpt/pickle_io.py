@@ -8,6 +8,7 @@ needs anything else raises :class:`UnsafeCheckpointError` *before* any of its co
 
 from __future__ import annotations
 
+import codecs
 import collections
 import io
 import os
@@ -47,6 +48,12 @@ def allowed_globals() -> list[Any]:
                  np.uint8, np.uint16, np.uint32, np.uint64, np.bool_, np.complex64, np.complex128):  # fmt: skip
         allowed.append(type(np.dtype(kind)))
     return allowed
+
+
+#: Accelerate's list of globals that ``torch.load(weights_only=True)`` may rebuild for its
+#: checkpoints: :func:`allowed_globals` (numpy arrays and dtypes) plus ``codecs.encode`` (numpy's
+#: pickled RNG states use it). Use with ``torch.serialization.safe_globals(TORCH_SAFE_GLOBALS)``.
+TORCH_SAFE_GLOBALS: list[Any] = [*allowed_globals(), codecs.encode]
 
 
 class _RecordingWriter(io.RawIOBase):

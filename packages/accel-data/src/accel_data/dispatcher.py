@@ -79,6 +79,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
             process as they are, as in Accelerate).
         even_batches: Complete the last round with samples from the start of the epoch.
         synchronized_generator: The sampler's generator (its state goes into ``state_dict``).
+        iteration: The epoch the first iteration starts (``set_epoch`` value), as in Accelerate.
         **kwargs: The ``DataLoader`` arguments.
 
     Raises:
@@ -98,6 +99,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         slice_fn: SliceFn | None = None,
         even_batches: bool = True,
         synchronized_generator: torch.Generator | None = None,
+        iteration: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, **kwargs)
@@ -110,7 +112,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
         self.synchronized_generator = synchronized_generator
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
-        self.iteration = 0
+        self.iteration = iteration
         if split_batches:
             check_split_batch_size(self._base_batch_size(), self._shards, "the dataloader")
 

@@ -33,6 +33,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
         synchronized_generator: The sampler's generator, used for ``"generator"``.
         skip_batches: Batches to leave out at the start of every iteration (they are loaded).
         use_stateful_dataloader: Accepted for Accelerate compatibility (state is built in).
+        iteration: The epoch the first iteration starts (``set_epoch`` value), as in Accelerate.
         **kwargs: The ``DataLoader`` arguments.
 
     """
@@ -48,6 +49,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
         _drop_last: bool = False,
         _non_blocking: bool = False,
         _num_processes: int = 1,
+        iteration: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, **kwargs)
@@ -59,7 +61,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self._num_processes = _num_processes
-        self.iteration = 0
+        self.iteration = iteration
 
     def _num_processes_for_state(self) -> int:
         return self._num_processes

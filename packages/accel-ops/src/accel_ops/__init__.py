@@ -53,9 +53,24 @@ from accel_ops.structures import (
     is_torch_tensor,
     recursively_apply,
 )
+from accel_ops.verification import (
+    TENSOR_INT_TO_DTYPE,
+    TENSOR_TYPE_TO_INT,
+    chained_operation,
+    gather_tensor_shape,
+    is_torch_xpu_tensor,
+    verify_operation,
+)
 
 __all__ = [
     "__version__",
+    # verification (Accelerate's operation decorators and dtype codes)
+    "TENSOR_INT_TO_DTYPE",
+    "TENSOR_TYPE_TO_INT",
+    "chained_operation",
+    "gather_tensor_shape",
+    "is_torch_xpu_tensor",
+    "verify_operation",
     # structures
     "TensorInformation",
     "get_data_structure",

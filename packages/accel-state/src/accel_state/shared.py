@@ -7,6 +7,8 @@ obtained from :func:`shared_dict`; every instance of a class shares that diction
 
 from __future__ import annotations
 
+import importlib.util
+import threading
 from typing import Any
 
 _REGISTRY: dict[str, dict[str, Any]] = {}
@@ -37,3 +39,38 @@ def reset_state(stop_process_group: bool = True) -> None:
         stop()
     for values in _REGISTRY.values():
         values.clear()
+
+
+def do_nothing(*args: Any, **kwargs: Any) -> None:
+    """Accept any arguments and return None (a stand-in callable, as in Accelerate)."""
+    return None
+
+
+class ThreadLocalSharedDict(threading.local):
+    """A class attribute (descriptor) holding one dictionary per thread, shared by the instances.
+
+    ``Cls._shared_state`` and ``instance._shared_state`` give the same dictionary of the current
+    thread; ``instance._shared_state = {...}`` replaces it (assigning on the class replaces the
+    descriptor itself, so clear it in place instead). Accelerate uses it for PyTorch/XLA's
+    multithreaded mode, where each thread drives its own device.
+
+    Args:
+        thread_local: Accepted for Accelerate's signature; the storage is always per thread.
+    """
+
+    def __init__(self, thread_local: bool = False) -> None:
+        self._storage: dict[str, Any] = {}
+
+    def __get__(self, obj: object, objtype: type | None = None) -> dict[str, Any]:
+        return self._storage
+
+    def __set__(self, obj: object, value: dict[str, Any]) -> None:
+        self._storage = value
+
+
+#: The type of a state class's shared dictionary, as in Accelerate: a plain ``dict`` (one per
+#: process; accel keeps its state dictionaries in :func:`shared_dict`'s registry), or
+#: :class:`ThreadLocalSharedDict` where ``torch_xla`` is installed.
+SharedDict: type[Any] = (
+    ThreadLocalSharedDict if importlib.util.find_spec("torch_xla") is not None else dict
+)

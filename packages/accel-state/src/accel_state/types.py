@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, EnumMeta
 
 
 class _NamedStrEnum(str, Enum):
@@ -98,3 +98,26 @@ class ComputeEnvironment(_NamedStrEnum):
 
     LOCAL_MACHINE = "LOCAL_MACHINE"
     AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+class EnumWithContains(EnumMeta):
+    """An enum metaclass whose ``in`` also accepts values: ``"fp16" in MyEnum``."""
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class BaseEnum(Enum, metaclass=EnumWithContains):
+    """Accelerate's enum base: ``str(member)`` is its value, ``list()`` gives every value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """The values of every member, as strings."""
+        return [str(member) for member in cls]

@@ -27,7 +27,6 @@ from accel.kwargs_handlers import (
 )
 from accel.modeling import patch_forward_for_precision, unwrap_model
 from accel.optimizer import AcceleratedOptimizer
-from accel.parallelism import requested_config
 from accel.parallelism_mixin import ParallelismMixin
 from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
@@ -180,10 +179,10 @@ class Accelerator(
             fsdp_plugin=fsdp_plugin,
             backend=self.init_handler.backend if self.init_handler else None,
             timeout=self.init_handler.timeout if self.init_handler else None,
-            parallelism_config=requested_config(parallelism_config, torch_tp_plugin),
+            parallelism_config=parallelism_config,
+            torch_tp_plugin=torch_tp_plugin,
+            _from_accelerator=True,
         )
-        if torch_tp_plugin is not None:
-            torch_tp_plugin.torch_device_mesh = self.state.device_mesh
         contract = self.state.partial.contract
 
         if gradient_accumulation_plugin is not None:

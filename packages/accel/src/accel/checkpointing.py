@@ -18,9 +18,13 @@ from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
 from accel_ckpt import load as load_object
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
+from accel_ckpt.accelerator_state_io import load_accelerator_state, save_accelerator_state
 from accel_ops.records import record
 
 PathLike = str | os.PathLike[str]
+
+# Accelerate's module-level checkpoint functions, implemented in accel-ckpt.
+__reexported__ = (load_accelerator_state, save_accelerator_state)
 
 
 def make_project_configuration(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -12,8 +13,31 @@ from accel.strategies.base import ModelStrategy
 from accel_ops import send_to_device
 from accel_state import GradientState
 
-#: Accelerate's name for moving (nested) optimizer state to a device.
-move_to_device = send_to_device
+
+def move_to_device(state: Any, device: torch.device | str | int) -> Any:
+    """Move every tensor of ``state`` (nested lists, tuples, dicts) to ``device``.
+
+    Accelerate's helper for optimizer state; other leaves are returned as they are.
+    """
+    return send_to_device(state, device)
+
+
+def patch_optimizer_step(
+    accelerated_optimizer: AcceleratedOptimizer, method: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``method`` wrapped to record on ``accelerated_optimizer`` that it was called.
+
+    A grad scaler skips the optimizer's ``step`` when gradients hold inf/nan; the wrapper sets
+    ``accelerated_optimizer._accelerate_step_called = True`` when the step really runs, so the
+    caller can tell a skipped step (:attr:`AcceleratedOptimizer.step_was_skipped`).
+    """
+
+    @functools.wraps(method)
+    def patched_step(*args: Any, **kwargs: Any) -> Any:
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    return patched_step
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -26,6 +50,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     Args:
         optimizer: The optimizer to wrap.
         device_placement: Move existing optimizer state to the device of its parameters.
+        scaler: A ``torch.amp.GradScaler`` to step through (Accelerate's way of passing loss
+            scaling), for an optimizer wrapped without the Accelerator's ``precision``; ignored
+            when ``precision`` is given (the Accelerator's own scaler is used).
         precision: The precision object (grad scaler) of the Accelerator.
         strategy: The model strategy (hooks before each real step).
     """
@@ -34,10 +61,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self,
         optimizer: torch.optim.Optimizer,
         device_placement: bool = True,
+        scaler: Any = None,
         precision: Precision | None = None,
         strategy: ModelStrategy | None = None,
     ) -> None:
         self.optimizer = optimizer
+        self.scaler: Any = scaler if precision is None else None
+        self._accelerate_step_called = False
         self.precision = precision
         self.strategy = strategy
         self.gradient_state = GradientState()
@@ -107,13 +137,29 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if self.strategy is not None:
             self.strategy.before_optimizer_step(self.optimizer)
         kwargs = {} if closure is None else {"closure": closure}
-        if self.precision is None:
+        if self.precision is None and self.scaler is not None:
+            self._step_was_skipped = self._scaler_step(closure)
+        elif self.precision is None:
             self.optimizer.step(**kwargs)
             self._step_was_skipped = False
         else:
             self._step_was_skipped = self.precision.step(self.optimizer, **kwargs)
         if self.strategy is not None:
             self.strategy.after_optimizer_step(self.optimizer)
+
+    def _scaler_step(self, closure: Callable[[], float] | None) -> bool:
+        """Step through ``self.scaler``; whether the scaler skipped the optimizer's step."""
+        original = self.optimizer.step
+        self._accelerate_step_called = False
+        self.optimizer.step = patch_optimizer_step(self, original)  # type: ignore[method-assign]
+        try:
+            self.scaler.step(self.optimizer, closure)
+            self.scaler.update()
+        finally:
+            self.optimizer.step = original  # type: ignore[method-assign]
+        skipped = not self._accelerate_step_called
+        self._accelerate_step_called = False
+        return skipped
 
     @property
     def step_was_skipped(self) -> bool:

@@ -12,8 +12,9 @@ from accel.deepspeed_plugins import (
     refuse_plugins_for_existing_state,
     split_deepspeed_plugins,
 )
-from accel.errors import AcceleratorConfigError, StateResetError
+from accel.errors import AcceleratorConfigError, StateResetError, UnsupportedFeatureError
 from accel.kwargs_handlers import TorchDynamoPlugin
+from accel.utils.other import get_int_from_env
 from accel_state import (
     DistributedType,
     GradientState,
@@ -23,7 +24,7 @@ from accel_state import (
     PrecisionType,
 )
 from accel_state.device_mesh import ParallelMesh, activate
-from accel_state.shared import shared_dict
+from accel_state.shared import SharedDict, ThreadLocalSharedDict, do_nothing, shared_dict
 
 _DATA_PARALLEL_TYPES = (
     DistributedType.MULTI_CPU,
@@ -63,8 +64,15 @@ class AcceleratorState(DeepSpeedPluginsMixin):
         timeout: Process-group timeout.
         parallelism_config: A :class:`~accel_state.ParallelismConfig`: its mesh is built here (on
             every rank) and becomes the job's (see :mod:`accel.parallelism`).
+        torch_tp_plugin: A :class:`~accel.TorchTensorParallelPlugin` (the older form of
+            ``ParallelismConfig(tp_size=...)``): its config is used and its ``torch_device_mesh``
+            set to the mesh built; kept as ``state.torch_tp_plugin``.
+        megatron_lm_plugin: Accepted for Accelerate's signature; anything but None is refused.
+        _from_accelerator: Accepted for Accelerate's signature and unused: accel lets scripts
+            create an ``AcceleratorState`` without an ``Accelerator`` (Accelerate refuses).
 
     Raises:
+        UnsupportedFeatureError: ``megatron_lm_plugin`` was given.
         AcceleratorConfigError: The state already exists with a different precision or
             parallelism config, or the config cannot run here.
     """
@@ -81,7 +89,20 @@ class AcceleratorState(DeepSpeedPluginsMixin):
         backend: str | None = None,
         timeout: datetime.timedelta | None = None,
         parallelism_config: ParallelismConfig | None = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        _from_accelerator: bool = False,
     ) -> None:
+        if megatron_lm_plugin is not None:
+            raise UnsupportedFeatureError(
+                f"AcceleratorState(megatron_lm_plugin={megatron_lm_plugin!r}): Megatron-LM is not "
+                "supported by accel; shard large models with FSDP2, DeepSpeed or a "
+                "ParallelismConfig instead, and pass megatron_lm_plugin=None."
+            )
+        if torch_tp_plugin is not None or parallelism_config is not None:
+            from accel.parallelism import requested_config
+
+            parallelism_config = requested_config(parallelism_config, torch_tp_plugin)
         self.__dict__ = self._shared_state
         partial = PartialState(cpu, backend=backend, timeout=timeout)
         requested = None if mixed_precision is None else PrecisionType(mixed_precision)
@@ -116,6 +137,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
             ),
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,
+            torch_tp_plugin=torch_tp_plugin,
         )
         if parallelism_config is None:
             from accel.parallelism import launcher_config
@@ -123,6 +145,8 @@ class AcceleratorState(DeepSpeedPluginsMixin):
             parallelism_config = launcher_config(contract)
         if parallelism_config is not None:
             self._build_mesh(parallelism_config)
+        if torch_tp_plugin is not None:
+            torch_tp_plugin.torch_device_mesh = self.device_mesh
 
     def _build_mesh(self, config: ParallelismConfig) -> None:
         """Fit, check and build the config's mesh for this job's strategy (see accel.parallelism)."""
@@ -288,4 +312,13 @@ def is_initialized() -> bool:
     return "partial" in AcceleratorState._shared_state
 
 
-__all__ = ["AcceleratorState", "GradientState", "PartialState", "is_initialized"]
+__all__ = [
+    "AcceleratorState",
+    "GradientState",
+    "PartialState",
+    "SharedDict",
+    "ThreadLocalSharedDict",
+    "do_nothing",
+    "get_int_from_env",
+    "is_initialized",
+]

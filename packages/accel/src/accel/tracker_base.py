@@ -59,6 +59,13 @@ class GeneralTracker:
     requires_logging_directory: bool = False
     main_process_only: bool = True
 
+    def __init__(self, _blank: bool = False) -> None:
+        """Accelerate's signature; ``_blank`` is accepted and has nothing to skip here.
+
+        Accelerate checks that a subclass defines ``name``, ``requires_logging_directory`` and
+        ``tracker`` unless ``_blank=True``; accel's base class provides all three.
+        """
+
     @property
     def tracker(self) -> Any:
         """The underlying object (writer, run...) this tracker drives."""

@@ -470,3 +470,18 @@ __all__ = [
     "load_state_dict",
     "retie_parameters",
 ]
+
+
+def get_module_class_from_name(module: nn.Module, name: str) -> type[nn.Module] | None:
+    """The class of the first module named ``name`` (class name) in ``module``'s tree, or None.
+
+    ``module`` itself is checked first, then its children depth first, in registration order
+    (FSDP auto-wrap policies turn layer class names into classes this way).
+    """
+    if type(module).__name__ == name:
+        return type(module)
+    for child in module.children():
+        found = get_module_class_from_name(child, name)
+        if found is not None:
+            return found
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from accel.fp8.recipes import (
     AORecipeKwargs,
     FP8BackendType,
@@ -29,6 +31,7 @@ from accel.utils.megatron_lm import MegatronLMPlugin, add_model_config_to_megatr
 from accel.utils.sagemaker import SageMakerDistributedType
 from accel_ckpt import ProjectConfiguration
 from accel_ckpt.big_modeling import BnbQuantizationConfig, CustomDtype
+from accel_ckpt.big_modeling.model_helpers import get_module_class_from_name
 from accel_data import DataLoaderConfiguration
 from accel_ops import TensorInformation
 from accel_state import (
@@ -41,8 +44,24 @@ from accel_state import (
     TorchContextParallelConfig,
     TorchTensorParallelConfig,
 )
+from accel_state.types import BaseEnum, EnumWithContains
+
+#: The values Accelerate's FP8 and profiler settings take (type aliases, as in Accelerate).
+Backend = Literal["MSAMP", "TE"]  # FP8 backends of FP8RecipeKwargs (accel also takes "AO")
+OptLevel = Literal["O1", "O2"]  # MS-AMP optimisation levels (MSAMPRecipeKwargs.opt_level)
+FP8Format = Literal["HYBRID", "E4M3", "E5M2"]  # TERecipeKwargs.fp8_format
+AmaxComputeAlgorithm = Literal["max", "most_recent"]  # TERecipeKwargs.amax_compute_algo
+ProfilerActivity = Literal["cpu", "xpu", "mtia", "cuda", "hpu"]  # ProfileKwargs.activities
 
 __all__ = [
+    "AmaxComputeAlgorithm",
+    "Backend",
+    "BaseEnum",
+    "EnumWithContains",
+    "FP8Format",
+    "OptLevel",
+    "ProfilerActivity",
+    "get_module_class_from_name",
     "DeepSpeedPlugin",
     "FullyShardedDataParallelPlugin",
     "MegatronLMPlugin",

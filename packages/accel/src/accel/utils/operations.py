@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from accel.utils.gathered_parameters import GatheredParameters
 from accel_ops import (
+    TENSOR_INT_TO_DTYPE,
+    TENSOR_TYPE_TO_INT,
     CannotPadNestedTensorWarning,
     ConvertOutputsToFp32,
     DistributedOperationException,
     TensorInformation,
     broadcast,
     broadcast_object_list,
+    chained_operation,
     concatenate,
     convert_outputs_to_fp32,
     convert_to_fp32,
@@ -22,6 +25,7 @@ from accel_ops import (
     find_device,
     gather,
     gather_object,
+    gather_tensor_shape,
     get_data_structure,
     get_shape,
     honor_type,
@@ -30,6 +34,7 @@ from accel_ops import (
     is_namedtuple,
     is_tensor_information,
     is_torch_tensor,
+    is_torch_xpu_tensor,
     listify,
     pad_across_processes,
     pad_input_tensors,
@@ -37,9 +42,16 @@ from accel_ops import (
     reduce,
     send_to_device,
     slice_tensors,
+    verify_operation,
 )
 
 __all__ = [
+    "TENSOR_INT_TO_DTYPE",
+    "TENSOR_TYPE_TO_INT",
+    "chained_operation",
+    "gather_tensor_shape",
+    "is_torch_xpu_tensor",
+    "verify_operation",
     "CannotPadNestedTensorWarning",
     "ConvertOutputsToFp32",
     "DistributedOperationException",

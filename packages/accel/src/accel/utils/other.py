@@ -27,10 +27,12 @@ from accel_ckpt.big_modeling.model_helpers import (
     clean_state_dict_for_safetensors,
     get_module_children_bottom_up,
 )
+from accel_ckpt.pickle_io import TORCH_SAFE_GLOBALS
 from accel_state import str_to_bool
 
 # Accelerate's helpers of this module that live elsewhere in accel, under their module path.
 __reexported__ = (
+    TORCH_SAFE_GLOBALS,
     clean_state_dict_for_safetensors,
     compile_regions,
     compile_regions_deepspeed,
