@@ -267,7 +267,10 @@ def test_get_model_tp_size_reads_transformers_attributes():
 
 def test_requirement_decorators(monkeypatch, accelerator):
     from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
-    from accel.utils import deepspeed_required, requirements, torchao_required
+    from accel.utils import deepspeed_required, imports, requirements, torchao_required
+
+    # Defined where Accelerate keeps them; accel's older path hands out the same objects.
+    assert requirements.torchao_required is imports.torchao_required is torchao_required
 
     @deepspeed_required
     def needs_deepspeed() -> str:
@@ -280,10 +283,10 @@ def test_requirement_decorators(monkeypatch, accelerator):
     def needs_torchao() -> str:
         return "ran"
 
-    monkeypatch.setattr(requirements, "is_torchao_available", lambda: False)
+    monkeypatch.setattr(imports, "is_torchao_available", lambda: False)
     with pytest.raises(UnsupportedFeatureError, match=r"accel\[fp8\]"):
         needs_torchao()
-    monkeypatch.setattr(requirements, "is_torchao_available", lambda: True)
+    monkeypatch.setattr(imports, "is_torchao_available", lambda: True)
     assert needs_torchao() == "ran"
 
 

@@ -68,10 +68,7 @@ class ParallelMesh:
         if world_size is None and not initialized:
             # No process group yet: a fully given config is trusted (torch's init_device_mesh
             # starts the group and checks it), as Accelerate's build_device_mesh does.
-            from accel_state.parallelism_config import AUTO, MESH_ORDER
-
-            sizes = [config.size(dim) for dim in MESH_ORDER]
-            world_size = 1 if AUTO in sizes else config.total_size
+            world_size = config.total_size if config.fully_given else 1
         self.world_size = (
             world_size if world_size is not None else (dist.get_world_size() if initialized else 1)
         )

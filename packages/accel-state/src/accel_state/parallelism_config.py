@@ -347,6 +347,11 @@ class ParallelismConfig:
         return math.prod(self.size(dim) for dim in MESH_ORDER)
 
     @property
+    def fully_given(self) -> bool:
+        """Whether no degree is ``-1`` (the config alone fixes the world size it needs)."""
+        return AUTO not in (self.size(dim) for dim in MESH_ORDER)
+
+    @property
     def non_data_parallel_size(self) -> int:
         """``tp_size * cp_size * sp_size``: ranks sharing one batch."""
         return self.size("tp") * self.size("cp") * self.size("sp")

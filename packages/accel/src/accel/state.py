@@ -14,7 +14,7 @@ from accel.deepspeed_plugins import (
 )
 from accel.errors import AcceleratorConfigError, StateResetError, UnsupportedFeatureError
 from accel.kwargs_handlers import TorchDynamoPlugin
-from accel.utils.other import get_int_from_env
+from accel.utils.env_values import get_int_from_env
 from accel_state import (
     DistributedType,
     GradientState,

@@ -7,19 +7,14 @@ from collections.abc import Mapping
 
 from accel.fp8.capability import check_cuda_fp8_capability
 from accel.utils.amp import get_current_device_type
+from accel.utils.env_values import get_int_from_env, parse_choice_from_env, parse_flag_from_env
 from accel.utils.gpu_info import (
     are_libraries_initialized,
     check_cuda_p2p_ib_support,
     get_driver_version,
     get_gpu_info,
 )
-from accel.utils.other import (
-    check_os_kernel,
-    clear_environment,
-    get_int_from_env,
-    parse_choice_from_env,
-    parse_flag_from_env,
-)
+from accel.utils.other import check_os_kernel, clear_environment
 from accel_launch import environment as _launch_environment
 from accel_launch.affinity import (
     CPUInformation,

@@ -8,7 +8,7 @@ import os
 import platform
 import re
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from accel.compilation import (
     has_repeated_blocks,
     is_repeated_blocks,
 )
+from accel.utils.env_values import get_int_from_env, parse_choice_from_env, parse_flag_from_env
 from accel.utils.imports import is_compiled_module, is_port_in_use
 from accel.utils.parallel_info import get_model_tp_size, model_has_dtensor
 from accel.utils.regions import compile_regions_deepspeed, compile_regions_fsdp2
@@ -28,10 +29,12 @@ from accel_ckpt.big_modeling.model_helpers import (
     get_module_children_bottom_up,
 )
 from accel_ckpt.pickle_io import TORCH_SAFE_GLOBALS
-from accel_state import str_to_bool
 
 # Accelerate's helpers of this module that live elsewhere in accel, under their module path.
 __reexported__ = (
+    get_int_from_env,
+    parse_choice_from_env,
+    parse_flag_from_env,
     TORCH_SAFE_GLOBALS,
     clean_state_dict_for_safetensors,
     compile_regions,
@@ -51,25 +54,6 @@ __reexported__ = (
 
 _MIN_KERNEL = (5, 5)
 _logger = logging.getLogger(__name__)
-
-
-def get_int_from_env(env_keys: Sequence[str], default: int) -> int:
-    """The first of ``env_keys`` set to a non-negative integer, else ``default``."""
-    for key in env_keys:
-        value = int(os.environ.get(key, -1))
-        if value >= 0:
-            return value
-    return default
-
-
-def parse_flag_from_env(key: str, default: bool = False) -> bool:
-    """A boolean environment variable (``1``/``true``/``yes``...), ``default`` when unset."""
-    return bool(str_to_bool(os.environ.get(key, str(default))))
-
-
-def parse_choice_from_env(key: str, default: str = "no") -> str:
-    """A string environment variable, ``default`` when unset."""
-    return os.environ.get(key, str(default))
 
 
 @contextlib.contextmanager
