@@ -75,7 +75,53 @@ def save_accelerator_state(
     )
 
 
-_LOAD_KEYS = ("map_location", "weights_only")
+#: The ``torch.load`` arguments accel's loaders take through Accelerate's ``load_kwargs``.
+TORCH_LOAD_KEYS = ("map_location", "weights_only")
+
+
+def loading_options(
+    caller: str,
+    load_kwargs: Mapping[str, Any] | None,
+    model_kwargs: Mapping[str, Any],
+    *,
+    map_location: Any = None,
+    allow_pickle: bool = False,
+    strict: bool = True,
+    error: type[Exception] = InvalidArgumentError,
+) -> tuple[Any, bool, bool]:
+    """``(map_location, allow_pickle, strict)`` from Accelerate-style loading arguments.
+
+    Args:
+        caller: The function the arguments were given to, for the error message.
+        load_kwargs: Accelerate's ``torch.load`` arguments: ``map_location`` and ``weights_only``
+            (``False`` means ``allow_pickle=True``).
+        model_kwargs: Arguments of the model loading function; only ``strict`` is taken.
+        map_location: The location when ``load_kwargs`` names none.
+        allow_pickle: Whether pickled files are trusted unless ``weights_only=False`` says so.
+        strict: ``strict`` unless ``model_kwargs`` gives it.
+        error: The exception class raised (the caller's package's own).
+
+    Raises:
+        InvalidArgumentError: (or ``error``) an argument accel's loaders do not take.
+    """
+    options = dict(load_kwargs or {})
+    unknown = sorted(set(options) - set(TORCH_LOAD_KEYS))
+    if unknown:
+        raise error(
+            f"{caller}(load_kwargs={options!r}): accel's loader takes only "
+            f"{list(TORCH_LOAD_KEYS)} from torch.load's arguments, not {unknown}; drop them."
+        )
+    extra = sorted(set(model_kwargs) - {"strict"})
+    if extra:
+        raise error(
+            f"{caller}(**{ {key: model_kwargs[key] for key in extra} }): the model loading "
+            "function takes only strict=; drop the others."
+        )
+    return (
+        options.get("map_location", map_location),
+        allow_pickle or options.get("weights_only") is False,
+        bool(model_kwargs.get("strict", strict)),
+    )
 
 
 def load_accelerator_state(
@@ -112,20 +158,9 @@ def load_accelerator_state(
         InvalidArgumentError: An argument of ``load_kwargs`` or ``load_model_func_kwargs`` that
             accel's loader does not take.
     """
-    options = dict(load_kwargs or {})
-    unknown = sorted(set(options) - set(_LOAD_KEYS))
-    if unknown:
-        raise InvalidArgumentError(
-            f"load_accelerator_state(load_kwargs={options!r}): only {list(_LOAD_KEYS)} are "
-            f"taken, not {unknown}; drop them."
-        )
-    extra = sorted(set(load_model_func_kwargs) - {"strict"})
-    if extra:
-        raise InvalidArgumentError(
-            f"load_accelerator_state(**{ {k: load_model_func_kwargs[k] for k in extra} }): the "
-            "model loading function takes only strict=; drop the others."
-        )
-    location = options.get("map_location", map_location)
+    location, allow_pickle, strict = loading_options(
+        "load_accelerator_state", load_kwargs, load_model_func_kwargs, map_location=map_location
+    )
     if location == "on_device":
         location = None
     loaded = load_state(
@@ -135,8 +170,8 @@ def load_accelerator_state(
         schedulers=schedulers,
         dataloaders=dataloaders,
         scaler=scaler,
-        strict=bool(load_model_func_kwargs.get("strict", True)),
+        strict=strict,
         map_location=location,
-        allow_pickle=options.get("weights_only") is False,
+        allow_pickle=allow_pickle,
     )
     return {"step": int(loaded.metadata.get("step", 0))}

@@ -18,7 +18,11 @@ from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
 from accel_ckpt import load as load_object
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
-from accel_ckpt.accelerator_state_io import load_accelerator_state, save_accelerator_state
+from accel_ckpt.accelerator_state_io import (
+    load_accelerator_state,
+    loading_options,
+    save_accelerator_state,
+)
 from accel_ops.records import record
 
 PathLike = str | os.PathLike[str]
@@ -193,8 +197,13 @@ class CheckpointingMixin(JobFactsMixin):
             AcceleratorConfigError: An argument of ``load_kwargs`` or ``load_model_func_kwargs``
                 that accel's loader does not take.
         """
-        map_location, allow_pickle, strict = _loading_options(
-            load_kwargs, load_model_func_kwargs, allow_pickle=allow_pickle, strict=strict
+        map_location, allow_pickle, strict = loading_options(
+            "load_state",
+            load_kwargs,
+            load_model_func_kwargs,
+            allow_pickle=allow_pickle,
+            strict=strict,
+            error=AcceleratorConfigError,
         )
         with record("load_state"):
             models, optimizers, sharded = self.strategy.checkpoint_split(
@@ -230,35 +239,6 @@ class CheckpointingMixin(JobFactsMixin):
         Every process must see the same folder (a shared file system).
         """
         return self.checkpointer.latest_checkpoint()
-
-
-_TORCH_LOAD_KEYS = ("map_location", "weights_only")
-
-
-def _loading_options(
-    load_kwargs: dict[str, Any] | None,
-    model_kwargs: dict[str, Any],
-    *,
-    allow_pickle: bool,
-    strict: bool,
-) -> tuple[Any, bool, bool]:
-    """``(map_location, allow_pickle, strict)`` from Accelerate-style ``load_state`` arguments."""
-    load_kwargs = dict(load_kwargs or {})
-    unknown = sorted(set(load_kwargs) - set(_TORCH_LOAD_KEYS))
-    if unknown:
-        raise AcceleratorConfigError(
-            f"load_state(load_kwargs={load_kwargs!r}): accel's loader takes only "
-            f"{list(_TORCH_LOAD_KEYS)} from torch.load's arguments, not {unknown}."
-        )
-    extra = sorted(set(model_kwargs) - {"strict"})
-    if extra:
-        raise AcceleratorConfigError(
-            f"load_state(**{ {key: model_kwargs[key] for key in extra} }): the model loading "
-            "function takes only strict=; drop the others."
-        )
-    if load_kwargs.get("weights_only") is False:
-        allow_pickle = True
-    return load_kwargs.get("map_location"), allow_pickle, bool(model_kwargs.get("strict", strict))
 
 
 def save_custom_state(
