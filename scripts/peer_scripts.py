@@ -215,15 +215,22 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def fetch_wheel(folder: Path) -> Path:
-    """The pinned Accelerate wheel: from the cache, else ``pip download --no-deps`` into it.
+def fetch_pinned(folder: Path, name: str, sha256: str, kind: str) -> Path:
+    """A pinned Accelerate file from the cache, else ``pip download --no-deps`` into it.
+
+    Args:
+        folder: The cache folder.
+        name: The file's name (wheel or sdist).
+        sha256: PyPI's digest of that file: a cached file is used only when it still matches.
+        kind: ``":all:"`` is given to pip as ``--only-binary`` for ``"wheel"``, as
+            ``--no-binary`` for ``"sdist"``.
 
     Raises:
         SystemExit: pip failed or the file's sha256 is not PyPI's.
     """
-    wheel = folder / WHEEL_NAME
-    if wheel.is_file() and _sha256(wheel) == WHEEL_SHA256:
-        return wheel
+    pinned = folder / name
+    if pinned.is_file() and _sha256(pinned) == sha256:
+        return pinned
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as download:
         command = [
@@ -232,27 +239,32 @@ def fetch_wheel(folder: Path) -> Path:
             "pip",
             "download",
             "--no-deps",
-            "--only-binary",
+            "--only-binary" if kind == "wheel" else "--no-binary",
             ":all:",
             "--dest",
             download,
             f"accelerate=={ACCELERATE_VERSION}",
         ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
-        fetched = Path(download) / WHEEL_NAME
-        if done.returncode != 0 or not fetched.is_file():
+        fetched = Path(download) / name
+        if not fetched.is_file():
             raise SystemExit(
                 f"peer: `{' '.join(command)}` failed (exit {done.returncode}):\n"
                 f"{done.stdout}{done.stderr}"
             )
         digest = _sha256(fetched)
-        if digest != WHEEL_SHA256:
+        if digest != sha256:
             raise SystemExit(
-                f"peer: {WHEEL_NAME} has sha256 {digest}, expected {WHEEL_SHA256} (PyPI's file); "
+                f"peer: {name} has sha256 {digest}, expected {sha256} (PyPI's file); "
                 "check the package index pip uses."
             )
-        fetched.replace(wheel)
-    return wheel
+        fetched.replace(pinned)
+    return pinned
+
+
+def fetch_wheel(folder: Path) -> Path:
+    """The pinned Accelerate wheel (see :func:`fetch_pinned`)."""
+    return fetch_pinned(folder, WHEEL_NAME, WHEEL_SHA256, "wheel")
 
 
 def rename_imports(text: str) -> str:

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -40,6 +38,8 @@ import tokenize
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+from peer_scripts import cache_dir, fetch_pinned, job_env
 
 ACCELERATE_VERSION = "1.15.0"
 SDIST_NAME = f"accelerate-{ACCELERATE_VERSION}.tar.gz"
@@ -59,53 +59,9 @@ _IMPORT_LINE = re.compile(r"\b(import|from)(\s+)accelerate\b")
 _IMPORT_LIST = re.compile(r"(?<=,)(\s*)accelerate(?=[\s.,'\"]|$)")
 
 
-def cache_dir() -> Path:
-    """Where the sdist is kept between runs (``$ACCEL_PEER_CACHE``, else ``~/.cache/accel-peer``)."""
-    return Path(os.environ.get("ACCEL_PEER_CACHE", Path.home() / ".cache" / "accel-peer"))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def fetch_sdist(folder: Path) -> Path:
-    """The pinned Accelerate sdist: from the cache, else ``pip download`` into it.
-
-    Raises:
-        SystemExit: pip failed or the file's sha256 is not PyPI's.
-    """
-    sdist = folder / SDIST_NAME
-    if sdist.is_file() and _sha256(sdist) == SDIST_SHA256:
-        return sdist
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as download:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--dest",
-            download,
-            f"accelerate=={ACCELERATE_VERSION}",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        fetched = Path(download) / SDIST_NAME
-        if not fetched.is_file():
-            raise SystemExit(
-                f"peer unit: `{' '.join(command)}` failed (exit {done.returncode}):\n"
-                f"{done.stdout}{done.stderr}"
-            )
-        digest = _sha256(fetched)
-        if digest != SDIST_SHA256:
-            raise SystemExit(
-                f"peer unit: {SDIST_NAME} has sha256 {digest}, expected {SDIST_SHA256} (PyPI's "
-                "file); check the package index pip uses."
-            )
-        fetched.replace(sdist)
-    return sdist
+    """The pinned Accelerate sdist (see :func:`peer_scripts.fetch_pinned`)."""
+    return fetch_pinned(folder, SDIST_NAME, SDIST_SHA256, "sdist")
 
 
 def _rename_string(literal: str) -> str:
@@ -161,25 +117,6 @@ def extract_tests(sdist: Path, destination: Path, *, rename: bool) -> Path:
     return root
 
 
-def suite_env(home: Path) -> dict[str, str]:
-    """This environment on the CPU, offline, one thread per process, no job or config around it."""
-    launcher = re.compile(
-        r"^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|"
-        r"TORCHELASTIC_.*|ACCELERATE_.*|ACCEL_.*|FSDP_.*|PMI_.*|OMPI_.*|SLURM_.*)$"
-    )
-    env = {key: value for key, value in os.environ.items() if not launcher.match(key)}
-    env.update(
-        OMP_NUM_THREADS="1",
-        CUDA_VISIBLE_DEVICES="",
-        HF_HOME=str(home),
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONFAULTHANDLER="1",
-    )
-    return env
-
-
 def test_id(classname: str, name: str) -> str:
     """``tests.test_x.Class`` + ``test_y`` -> ``test_x.py::Class::test_y``."""
     parts = classname.split(".")
@@ -232,7 +169,7 @@ def run_suite(
         subprocess.run(
             command,
             cwd=root,
-            env=suite_env(root / "hf_home"),
+            env=job_env(root / "hf_home", {}),
             stdin=subprocess.DEVNULL,
             timeout=SUITE_TIMEOUT_S,
             check=False,
