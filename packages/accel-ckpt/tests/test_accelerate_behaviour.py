@@ -218,10 +218,3 @@ def test_fallback_allocate_counts_tied_modules_with_the_candidate():
     assert fallback_allocate(modules, sizes, 256)[0] == "0"
     assert fallback_allocate(modules, sizes, 256, tied_parameters=tied)[0] == "1"
     assert fallback_allocate(modules, sizes, 288, tied_parameters=tied)[0] == "0"
-
-
-def test_fallback_allocate_is_reexported_at_accelerates_path():
-    import accel.utils.modeling
-    from accel_ckpt.big_modeling.planning import fallback_allocate
-
-    assert accel.utils.modeling.fallback_allocate is fallback_allocate

@@ -340,3 +340,10 @@ def test_convert_dict_to_env_variables_warns_on_accelerates_logger_path(caplog):
     skipped = [r for r in caplog.records if r.name == "accel.utils.environment"]
     assert len(skipped) == 1 and "BAD_ENV_NAME" in skipped[0].getMessage()
     assert accel.utils.convert_dict_to_env_variables is convert_dict_to_env_variables
+
+
+def test_fallback_allocate_is_reexported_at_accelerates_path():
+    import accel.utils.modeling
+    from accel_ckpt.big_modeling.planning import fallback_allocate
+
+    assert accel.utils.modeling.fallback_allocate is fallback_allocate
