@@ -72,7 +72,7 @@ def test_save_state_load_state_round_trip(tmp_path):
 
 def test_register_for_checkpointing_names_the_bad_object():
     accelerator = Accelerator(cpu=True)
-    with pytest.raises(Exception, match="1: str"):
+    with pytest.raises(Exception, match="Item at index 1, `str`"):
         accelerator.register_for_checkpointing(Counter(), "no state here")
 
 

@@ -20,7 +20,7 @@ LAUNCH_NAMES = {
     "prepare_deepspeed_cmd_env": accel_launch.launch_helpers,
     "prepare_tpu": accel_launch.launch_helpers,
     "prepare_sagemager_args_inputs": accel_launch.launch_helpers,
-    "convert_dict_to_env_variables": accel_launch.environment,
+    "convert_dict_to_env_variables": accel.utils.environment,  # warns on Accelerate's logger path
     "purge_accelerate_environment": accel_launch.environment,
     "get_cpu_distributed_information": accel_launch.affinity,
     "set_numa_affinity": accel_launch.affinity,
@@ -32,8 +32,11 @@ def test_launch_helpers_are_reexported_from_accel_utils():
         assert getattr(accel.utils, name) is getattr(home, name), name
         assert getattr(accel.utils.launch, name) is getattr(home, name), name
         assert name in accel.utils.__all__
-    for name in ("convert_dict_to_env_variables", "purge_accelerate_environment"):
-        assert getattr(accel.utils.environment, name) is getattr(accel_launch.environment, name)
+    assert accel.utils.environment.purge_accelerate_environment is (
+        accel_launch.environment.purge_accelerate_environment
+    )
+    lines = accel.utils.environment.convert_dict_to_env_variables({"A": "1", "B": "x y"})
+    assert lines == accel_launch.environment.convert_dict_to_env_variables({"A": "1"})
     info = accel.utils.environment.get_cpu_distributed_information()
     assert isinstance(info, accel.utils.environment.CPUInformation)
 
