@@ -24,6 +24,7 @@ from accel_ops.structures import named_leaves
 from accel_ops.transport import all_gather_objects
 from accel_state import PartialState
 from accel_state.contract import LaunchContract
+from accel_state.shared import on_reset
 
 _override: bool | None = None
 _from_environment: bool | None = None
@@ -40,6 +41,12 @@ def set_debug_mode(enabled: bool | None) -> None:
     _override = enabled
     if enabled is None:
         _from_environment = None
+
+
+@on_reset
+def forget_debug_mode() -> None:
+    """Drop the toggle and the cached environment reading (``accel_state.reset_state()`` does)."""
+    set_debug_mode(None)
 
 
 def is_debug_mode(debug: bool | None = None) -> bool:

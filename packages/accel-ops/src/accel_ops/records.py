@@ -36,6 +36,7 @@ import torch
 
 from accel_ops.collective_errors import explain
 from accel_state.failures import register_reporter
+from accel_state.shared import on_reset
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -353,8 +354,9 @@ def describe_position() -> str:
     return f"last entered {entry.describe()}"
 
 
+@on_reset
 def reset_records() -> None:
-    """Forget every record of this process (tests)."""
+    """Forget every record of this process (also done by ``accel_state.reset_state()``)."""
     RING.clear()
     _local.current = None
 

@@ -257,6 +257,27 @@ def stop_at_exit() -> bool:
     return False
 
 
+def forget_rendezvous() -> None:
+    """Drop the kept rendezvous store and restart the group count (no group may be running).
+
+    For a process that runs one job after another with new peers on a new address each time
+    (a pooled test worker): the next group then rendezvouses afresh, and every process of the
+    new job counts its groups from the same start.
+
+    Raises:
+        ProcessGroupError: A default process group is still running.
+
+    """
+    global _generation
+    if dist.is_available() and dist.is_initialized():
+        raise ProcessGroupError(
+            "forget_rendezvous() was called while a default process group is running; "
+            "destroy it first (reset_state() or torch.distributed.destroy_process_group())."
+        )
+    _rendezvous.clear()
+    _generation = 0
+
+
 def release_group_references(*roots: object) -> int:
     """Drop every reference to a process group reachable from ``roots`` (call at exit only).
 

@@ -3,15 +3,20 @@
 State classes such as :class:`~accel_state.PartialState` keep their attributes in a dictionary
 obtained from :func:`shared_dict`; every instance of a class shares that dictionary.
 :func:`reset_state` empties them all and stops the process group this package started.
+Packages built on this one that keep process-wide values of their own elsewhere (a counter, a
+cached reading of the environment) register a function with :func:`on_reset`, so that one call
+forgets everything.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Callable
 from typing import Any
 
 _REGISTRY: dict[str, dict[str, Any]] = {}
+_RESET_HOOKS: list[Callable[[], None]] = []
 
 
 def shared_dict(name: str) -> dict[str, Any]:
@@ -24,8 +29,20 @@ def snapshot() -> dict[str, dict[str, Any]]:
     return {name: dict(values) for name, values in _REGISTRY.items()}
 
 
+def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
+    """Have :func:`reset_state` call ``hook`` (once per registration of the same function).
+
+    Returns:
+        ``hook`` itself, so this can decorate a function.
+
+    """
+    if hook not in _RESET_HOOKS:
+        _RESET_HOOKS.append(hook)
+    return hook
+
+
 def reset_state(stop_process_group: bool = True) -> None:
-    """Forget all process-wide state.
+    """Forget all process-wide state (with what :func:`on_reset` hooks forget).
 
     Args:
         stop_process_group: Also destroy the default process group when accel-state started it
@@ -39,6 +56,8 @@ def reset_state(stop_process_group: bool = True) -> None:
         stop()
     for values in _REGISTRY.values():
         values.clear()
+    for hook in _RESET_HOOKS:
+        hook()
 
 
 def do_nothing(*args: Any, **kwargs: Any) -> None:

@@ -5,6 +5,10 @@ Enable with ``-p accel_state.testing.pytest_plugin``. ``@pytest.mark.cuda`` need
 device: ``PJRT_DEVICE=CPU`` will do); ``@pytest.mark.xla(min_devices=2)`` needs several real XLA
 devices (a TPU VM). The ``single_process_state`` fixture runs a test as a plain process with fresh
 accel state; ``xla_state`` does the same on the XLA device.
+
+Multi-process jobs of :func:`~accel_state.testing.spawn_workers` run on shared, long-lived worker
+pools during the run (closed at its end); ``--accel-fresh-workers`` starts fresh processes for
+every job instead.
 """
 
 from __future__ import annotations
@@ -19,21 +23,39 @@ from collections.abc import Iterator
 import pytest
 
 from accel_state.testing.environ import without_launcher_variables
+from accel_state.testing.pool import SHARED_POOLS
 
 #: ``PJRT_DEVICE`` as the test session started (fixtures strip it from single-process tests).
 _SESSION_PJRT_DEVICE: str | None = None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--accel-fresh-workers``."""
+    parser.addoption(
+        "--accel-fresh-workers",
+        action="store_true",
+        default=False,
+        help="start fresh processes for every spawn_workers job instead of reusing a pool",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers and remember the session's ``PJRT_DEVICE``."""
+    """Register the markers, remember the session's ``PJRT_DEVICE``, switch worker reuse on."""
     global _SESSION_PJRT_DEVICE
     _SESSION_PJRT_DEVICE = os.environ.get("PJRT_DEVICE")
+    SHARED_POOLS.enabled = not config.getoption("--accel-fresh-workers")
     config.addinivalue_line("markers", "cuda(min_gpus=1): needs CUDA GPUs; skipped without them")
     config.addinivalue_line(
         "markers",
         "xla(min_devices=1): needs torch_xla, and min_devices XLA devices (more than one: real "
         "TPUs); skipped without them",
     )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the shared worker pools."""
+    SHARED_POOLS.close_all()
+    SHARED_POOLS.enabled = False
 
 
 def _cuda_skip_reason(min_gpus: int) -> str | None:

@@ -6,30 +6,29 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import queue
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from accel_state.contract import USE_CPU
 from accel_state.envvars import patch_environment
-from accel_state.errors import AccelStateError
-from accel_state.failures import RankFailure, first_failure
+from accel_state.testing.pool import SHARED_POOLS, pool_environment
 from accel_state.testing.ports import find_free_port
+from accel_state.testing.reports import (
+    FAILURE_GRACE_SECONDS,
+    ReportCollector,
+    WorkerFailedError,
+    WorkersTimedOutError,
+    collect_reports,
+)
 
-
-class WorkerFailedError(AccelStateError, RuntimeError):
-    """A worker raised; the message holds its rank and traceback."""
-
-
-class WorkersTimedOutError(AccelStateError, TimeoutError):
-    """Workers did not all finish before the deadline; they were killed."""
-
-
-#: Seconds the parent keeps collecting reports when the only failures so far are consequences
-#: (a peer's "connection closed"), so that the root cause, reported a moment later, is among them.
-FAILURE_GRACE_SECONDS = 5.0
+__all__ = [
+    "FAILURE_GRACE_SECONDS",
+    "WorkerFailedError",
+    "WorkersTimedOutError",
+    "spawn_workers",
+    "worker_environment",
+]
 
 
 def _worker_main(
@@ -58,66 +57,7 @@ def worker_environment(
     rank: int, world_size: int, port: int, use_cpu: bool, env: Mapping[str, str] | None
 ) -> dict[str, str]:
     """The variables one spawned worker starts with (torchrun's, plus ``ACCEL_USE_CPU``)."""
-    environ = {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(world_size),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "OMP_NUM_THREADS": "1",
-    }
-    if use_cpu:
-        environ[USE_CPU] = "true"
-    return {**environ, **(dict(env) if env else {})}
-
-
-class _Collector:
-    """What the parent has heard from the workers so far."""
-
-    def __init__(self, world_size: int) -> None:
-        self.world_size = world_size
-        self.values: dict[int, Any] = {}
-        self.failures: dict[int, RankFailure] = {}
-
-    @property
-    def settled(self) -> set[int]:
-        return set(self.values) | set(self.failures)
-
-    @property
-    def has_cause(self) -> bool:
-        """Whether a failure that is not a consequence of another has been reported."""
-        return any(not failure.secondary for failure in self.failures.values())
-
-    def add(self, rank: int, status: str, when: float, payload: bytes) -> None:
-        if status == "error":
-            self.failures[rank] = RankFailure(rank, when, payload.decode(errors="replace"))
-        else:
-            self.values[rank] = pickle.loads(payload)
-
-    def note_silent_deaths(self, processes: list[Any]) -> None:
-        """Ranks whose process exited non-zero without reporting count as failed now."""
-        for rank, process in enumerate(processes):
-            if rank not in self.settled and process.exitcode not in (None, 0):
-                text = f"exited with code {process.exitcode} without reporting a result"
-                self.failures[rank] = RankFailure(rank, time.time(), text)
-
-    def error(self) -> WorkerFailedError:
-        """The error naming the first failing rank, with the others listed as consequences."""
-        first = first_failure(list(self.failures.values()))
-        lines = [f"Rank {first.rank} of {self.world_size} failed first:", first.text.rstrip()]
-        others = sorted(rank for rank in self.failures if rank != first.rank)
-        if others:
-            summaries = "; ".join(
-                f"rank {rank}: {_last_line(self.failures[rank].text)}" for rank in others
-            )
-            lines.append(f"Also failed (after it): {summaries}")
-        return WorkerFailedError("\n".join(lines))
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(no message)"
+    return {**pool_environment(rank, world_size, port, use_cpu), **(dict(env) if env else {})}
 
 
 def spawn_workers(
@@ -127,14 +67,21 @@ def spawn_workers(
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
     use_cpu: bool = True,
+    reuse: bool | None = None,
 ) -> list[Any]:
-    """Run ``function(*args)`` on ``world_size`` fresh processes set up like ``torchrun`` does.
+    """Run ``function(*args)`` on ``world_size`` processes set up like ``torchrun`` does.
 
     Each process gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
     ``MASTER_ADDR``, ``MASTER_PORT``, ``OMP_NUM_THREADS=1`` and, unless ``use_cpu=False``,
     ``ACCEL_USE_CPU=true`` (plus ``env``), so ``PartialState()`` inside it joins one gloo group on
     the CPU even on a machine with GPUs. ``function`` must be importable (module level) because
     processes are spawned.
+
+    With reuse on, the job runs on a shared :class:`~accel_state.testing.pool.WorkerPool`:
+    processes started once that run job after job, resetting accel's state and the process group
+    in between (the pytest plugin turns reuse on; ``ACCEL_TEST_FRESH_WORKERS=1`` turns it off).
+    A test that needs processes of its own by nature (signals, exits, what a process reads when
+    it starts) passes ``reuse=False``.
 
     The error names the first rank that failed for a reason of its own, with its traceback: a
     peer's "connection closed" or timeout is recognised as a consequence, and while only such
@@ -147,6 +94,8 @@ def spawn_workers(
         timeout: Seconds before unfinished workers are killed.
         env: Extra environment variables (they override the defaults above).
         use_cpu: Force the CPU device and gloo; pass ``False`` for tests of accelerator choice.
+        reuse: ``True`` runs on a shared pool, ``False`` on fresh processes, ``None`` (default)
+            follows :data:`~accel_state.testing.pool.SHARED_POOLS`.
 
     Returns:
         The return values, indexed by rank.
@@ -156,6 +105,22 @@ def spawn_workers(
         WorkersTimedOutError: Not all workers finished within ``timeout`` seconds.
 
     """
+    if reuse is None:
+        reuse = SHARED_POOLS.reuse_wanted()
+    if reuse:
+        pool = SHARED_POOLS.pool_for(world_size, use_cpu, env)
+        return pool.run(function, args, timeout=timeout, env=env)
+    return _run_on_fresh_processes(function, world_size, args, timeout, env, use_cpu)
+
+
+def _run_on_fresh_processes(
+    function: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...],
+    timeout: float,
+    env: Mapping[str, str] | None,
+    use_cpu: bool,
+) -> list[Any]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = find_free_port()
@@ -170,9 +135,9 @@ def spawn_workers(
         with patch_environment(**environ):
             process.start()
         processes.append(process)
-    collector = _Collector(world_size)
+    collector = ReportCollector(world_size)
     try:
-        _collect(collector, processes, results, time.monotonic() + timeout, timeout)
+        collect_reports(collector, processes, results, time.monotonic() + timeout, timeout)
     finally:
         succeeded = len(collector.values) == world_size
         for process in processes:
@@ -183,30 +148,3 @@ def spawn_workers(
                 process.join(timeout=5)
         results.close()
     return [collector.values[rank] for rank in range(world_size)]
-
-
-def _collect(
-    collector: _Collector, processes: list[Any], results: Any, deadline: float, timeout: float
-) -> None:
-    """Read reports until every rank succeeded, or raise once the failures are all in."""
-    world_size = collector.world_size
-    grace_end: float | None = None
-    while len(collector.settled) < world_size:
-        now = time.monotonic()
-        if collector.has_cause or (grace_end is not None and now >= grace_end):
-            break
-        if now >= deadline:
-            if collector.failures:
-                break
-            missing = sorted(set(range(world_size)) - collector.settled)
-            raise WorkersTimedOutError(
-                f"Ranks {missing} of {world_size} did not finish within {timeout:.0f} s; killed."
-            )
-        try:
-            collector.add(*results.get(timeout=min(deadline - now, 0.5)))
-        except queue.Empty:
-            collector.note_silent_deaths(processes)
-        if collector.failures and grace_end is None:
-            grace_end = time.monotonic() + FAILURE_GRACE_SECONDS
-    if collector.failures:
-        raise collector.error()
