@@ -235,6 +235,12 @@ def test_max_restarts_recovers_a_worker_that_fails_once(tmp_path):
     assert (tmp_path / "failed_once").exists()
     done = sorted(path.read_text() for path in tmp_path.glob("rank*.done"))
     assert done == ["2.0 restart=1", "2.0 restart=1"]
+    # Rank 0 was blocked in the rendezvous (C++) when the launcher stopped it for the restart:
+    # it could not run Python's SIGTERM handler, so the watchdog ended it (torch elastic would
+    # otherwise wait 30 s, then SIGKILL it without a word).
+    output = result.stdout + result.stderr
+    assert "stopped by SIGTERM" in output and "while blocked at flaky_worker.py:" in output
+    assert "forcefully exiting via 9" not in output
 
 
 def _start_sleepers(

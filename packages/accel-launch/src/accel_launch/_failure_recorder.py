@@ -21,6 +21,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 import time
 import traceback
 from types import FrameType, TracebackType
@@ -50,8 +51,78 @@ class Terminated(SystemExit):
         return f"stopped by {signal.Signals(self.signum).name} (the launcher stops every worker once one fails)"
 
 
+#: How long the main thread has to act on SIGTERM before the watchdog ends the worker itself.
+#: Python runs a signal handler between two instructions of the main thread, so a worker blocked
+#: in a C++ call (a rendezvous, or a collective whose peer died) never would, and torch elastic
+#: waits 30 s before it sends SIGKILL (a restart, or the end of a failed job, waits that long).
+TERMINATE_GRACE_SECONDS = 2.0
+
+_terminated_handled = threading.Event()
+
+
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    _terminated_handled.set()
     raise Terminated(signum)
+
+
+def _watch_for_sigterm() -> None:
+    """End the worker promptly on SIGTERM even while its main thread is blocked in C++.
+
+    The C-level signal handler writes the signal number to a wakeup pipe whatever the main
+    thread is doing; a daemon thread reads it. Nothing is armed when another library already
+    owns the wakeup file descriptor (asyncio does, in its loop).
+    """
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
+    try:
+        previous = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(reader)
+        os.close(writer)
+        return
+    watchdog = threading.Thread(
+        target=_sigterm_watchdog, args=(reader,), name="accel-sigterm-watchdog", daemon=True
+    )
+    watchdog.start()
+
+
+def _sigterm_watchdog(reader: int) -> None:
+    while True:
+        try:
+            received = os.read(reader, 64)
+        except OSError:
+            return
+        if not received:
+            return
+        if signal.SIGTERM not in received:
+            continue
+        # Only the recorder's own handler is backed up: a script (or accel's fault tolerance)
+        # that installed its own SIGTERM handler decides itself how long stopping may take.
+        if signal.getsignal(signal.SIGTERM) is not _raise_terminated:
+            continue
+        if _terminated_handled.wait(TERMINATE_GRACE_SECONDS):
+            return
+        _exit_blocked(Terminated(int(signal.SIGTERM)))
+
+
+def _exit_blocked(stop: Terminated) -> None:
+    """Record and report a SIGTERM the blocked main thread could not act on, then exit."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
+    record(stop, time.time())
+    where = _innermost_script_frame(list(stack))
+    sys.stderr.write(
+        f"{stop} while blocked at {where} (in a call that does not return to Python)\n"
+        + "".join(stack.format()[-6:])
+    )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(int(stop.code or 1))
 
 
 def _reports() -> dict[str, str]:
@@ -107,7 +178,11 @@ def _linger() -> None:
 
 def _where(error: BaseException) -> str:
     """``train.py:42``: the innermost frame of the script's own folder where ``error`` was raised."""
-    frames = traceback.extract_tb(error.__traceback__)
+    return _innermost_script_frame(traceback.extract_tb(error.__traceback__))
+
+
+def _innermost_script_frame(frames: list[traceback.FrameSummary]) -> str:
+    """``train.py:42``: the innermost of ``frames`` in the script's own folder (else the last)."""
     home = os.path.join(os.path.realpath(sys.path[0] or os.getcwd()), "")
     mine = [frame for frame in frames if os.path.realpath(frame.filename).startswith(home)]
     candidates = mine or list(frames)
@@ -132,6 +207,7 @@ def main() -> None:
     """Entry point: run the script, recording a failure before it propagates."""
     if hasattr(signal, "SIGTERM") and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_terminated)
+        _watch_for_sigterm()
     if os.environ.get("ACCELERATE_CPU_AFFINITY", "").strip().lower() in ("1", "true", "yes"):
         # ``accel launch --enable_cpu_affinity``: pin this worker before the script starts threads.
         from accel_launch.affinity import apply_launch_affinity

@@ -207,7 +207,12 @@ class WorkerPool:
                 problems.append(problem)
         if problems:
             # The job itself succeeded: its values stand, the processes are not reused.
-            print("accel worker pool: closing after a failed cleanup:", *problems, file=sys.stderr)
+            warnings.warn(
+                "accel worker pool: closed after a job whose cleanup failed (the next job gets "
+                "fresh processes): " + "\n".join(problems),
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self.close()
 
     def close(self) -> None:
