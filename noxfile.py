@@ -2,21 +2,32 @@
 
 Each ``tests(package, backend)`` session installs one package from its folder into a fresh venv
 together with only the sibling packages its pyproject declares, so a missing dependency declaration
-fails there. ``nox -t ci`` is what CI runs.
+fails there. ``nox -t ci`` is what CI runs; its last session, ``ci_times``, prints how long each
+session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
+import importlib.util
 import os
 import platform
 import re
 import shutil
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import nox
 import tomllib
+from nox.sessions import _SessionSkip as SessionSkipped  # what session.skip() raises
+
+NOXFILE_LOADED_AT = time.monotonic()
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
@@ -28,15 +39,16 @@ TEST_TOOLS = ["pytest", "pytest-timeout"]
 TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
 # The CPU legs mean CPU on any machine: no GPU is visible to them, so a contributor's GPU
 # workstation runs the same tests as CI (the cuda leg selects the tests that need a GPU).
-CPU_ENV = {**TEST_ENV, "CUDA_VISIBLE_DEVICES": ""}
-# DeepSpeed on the CPU legs: its CPU accelerator, and its C++ ops built once into a cache that
-# outlives the venvs (the first build takes minutes; later runs load it).
-CPU_ENV |= {
-    "DS_ACCELERATOR": "cpu",
-    "TORCH_EXTENSIONS_DIR": os.environ.get(
-        "TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "accel-torch-extensions")
-    ),
-}
+# DeepSpeed there uses its CPU accelerator. Sessions pass cpu_env(session), which adds where
+# DeepSpeed's C++ ops are built.
+CPU_ENV = {**TEST_ENV, "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
+# DeepSpeed's C++ ops are built (about 35 s of both cores per op) into a cache that outlives the
+# venvs, one folder per venv below this base: the build commands hold the venv's absolute paths,
+# so venvs sharing one folder rebuilt every op on each switch and evicted each other's builds.
+# A TORCH_EXTENSIONS_DIR of the caller's environment is taken as the base.
+TORCH_EXTENSIONS_BASE = Path(
+    os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "accel-torch-extensions"
+)
 # Each supported way to install, the script that proves it works, and how the script is run.
 INSTALL_CHECKS_DIR = ROOT / "tests-integration" / "install"
 INSTALLS = {
@@ -59,7 +71,79 @@ nox.options.default_venv_backend = "uv|virtualenv"
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
     # Local wheel folders configured for pip (such as a CPU build of torch) serve uv too.
     os.environ["UV_FIND_LINKS"] = ",".join(os.environ["PIP_FIND_LINKS"].split())
-nox.options.sessions = ["lint", "typecheck", "install", "tests", "integration", "peer"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "install",
+    "tests",
+    "integration",
+    "peer",
+    "ci_times",
+]
+
+
+def load_script_module(name: str) -> ModuleType:
+    """Import ``scripts/<name>.py`` (registered in ``sys.modules``: dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import scripts/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# What each session of this nox run took, in the order they ran: the timed decorator records, the
+# last session (ci_times) reports. nox runs the sessions of one invocation in this one process.
+session_times = load_script_module("session_times")
+SESSION_TIMES: dict[str, Any] = {}  # session name -> session_times.SessionTime
+SESSION_ENDS = [NOXFILE_LOADED_AT]  # monotonic end of each timed session, for the setup gaps
+JUNIT_DIR = ROOT / ".nox" / "ci-junit"
+CI_TIMES_JSON = ROOT / ".nox" / "ci-times.json"
+
+
+def junit_path(session: nox.Session) -> Path:
+    """Where this session's pytest run writes its junit XML, for the counts in ci_times."""
+    return JUNIT_DIR / session_times.junit_file_name(session.name)
+
+
+def junit_args(session: nox.Session) -> list[str]:
+    """pytest arguments writing the session's junit XML (read by the timed decorator)."""
+    JUNIT_DIR.mkdir(parents=True, exist_ok=True)
+    return [f"--junitxml={junit_path(session)}"]
+
+
+def timed(session_function: Callable[..., None]) -> Callable[..., None]:
+    """Record the session's wall time, outcome and pytest counts for ci_times.
+
+    Goes under ``@nox.session``/``@nox.parametrize``. The outcome is read from what the session
+    raises (session.skip() -> skipped, anything else -> failed), which is re-raised for nox.
+    """
+
+    @functools.wraps(session_function)
+    def run_timed(session: nox.Session, **params: Any) -> None:
+        started = time.monotonic()
+        junit = junit_path(session)
+        junit.unlink(missing_ok=True)  # counts only from this run's pytest
+        result = session_times.FAILED
+        try:
+            session_function(session, **params)
+            result = session_times.SUCCESS
+        except SessionSkipped:
+            result = session_times.SKIPPED
+            raise
+        finally:
+            ended = time.monotonic()
+            SESSION_TIMES[session.name] = session_times.SessionTime(
+                name=session.name,
+                result=result,
+                seconds=ended - started,
+                setup_seconds=started - SESSION_ENDS[-1],
+                tests=session_times.read_junit_counts(junit),
+            )
+            SESSION_ENDS.append(ended)
+
+    return run_timed
 
 
 def declared_dependencies(package: str) -> list[str]:
@@ -136,23 +220,47 @@ def nvidia_gpu_present() -> bool:
     return shutil.which("nvidia-smi") is not None and Path("/dev/nvidia0").exists()
 
 
+def torch_extensions_dir(session: nox.Session) -> Path:
+    """This session venv's own folder of DeepSpeed's built ops (see ``TORCH_EXTENSIONS_BASE``).
+
+    Named by the first 12 hex digits of the sha256 of the venv's path, so it outlives the venv
+    and a recreated venv at the same path finds its ops again.
+    """
+    venv = getattr(session.virtualenv, "location", None) or Path(session.bin).parent
+    digest = hashlib.sha256(str(Path(venv).resolve()).encode()).hexdigest()[:12]
+    return TORCH_EXTENSIONS_BASE / digest
+
+
+def cpu_env(session: nox.Session) -> dict[str, str]:
+    """``CPU_ENV`` plus the session venv's own ``TORCH_EXTENSIONS_DIR``."""
+    return {**CPU_ENV, "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir(session))}
+
+
 def remove_stale_build_locks(session: nox.Session) -> None:
-    """Delete DeepSpeed build locks left in the shared extensions cache by a killed compile.
+    """Delete DeepSpeed build locks left in the venv's extensions cache by a killed compile.
 
     Every DeepSpeed job would otherwise wait for such a lock forever (torch never times out on
     it). Only locks no process on this machine holds go; accel warns users about the same locks.
     """
-    session.run("python", "-m", "accel.utils.build_locks", "--remove", env=CPU_ENV)
+    session.run("python", "-m", "accel.utils.build_locks", "--remove", env=cpu_env(session))
 
 
 @nox.session
 @nox.parametrize("backend", [nox.param(b, tags=["ci"]) for b in BACKENDS])
 @nox.parametrize("package", PACKAGES)
+@timed
 def tests(session: nox.Session, package: str, backend: str) -> None:
     """Run one package's tests on one backend; hardware legs select only their marked tests."""
     tests_dir = PACKAGES_DIR / package / "tests"
-    pytest_args = ["pytest", str(tests_dir), "-p", "no:cacheprovider", *session.posargs]
-    env = dict(CPU_ENV if backend == "cpu" else TEST_ENV)
+    pytest_args = [
+        "pytest",
+        str(tests_dir),
+        "-p",
+        "no:cacheprovider",
+        *junit_args(session),
+        *session.posargs,
+    ]
+    env = cpu_env(session) if backend == "cpu" else dict(TEST_ENV)
     if backend == "cuda":
         if not nvidia_gpu_present():
             session.skip(
@@ -178,6 +286,7 @@ def tests(session: nox.Session, package: str, backend: str) -> None:
 
 
 @nox.session(tags=["ci"])
+@timed
 def integration(session: nox.Session) -> None:
     """Cross-package, multi-process and CLI end-to-end tests (the example needs scikit-learn)."""
     install_packages(session, "cpu", PACKAGES, "scikit-learn")
@@ -187,8 +296,9 @@ def integration(session: nox.Session) -> None:
         str(ROOT / "tests-integration"),
         "-p",
         "no:cacheprovider",
+        *junit_args(session),
         *session.posargs,
-        env=CPU_ENV,
+        env=cpu_env(session),
     )
 
 
@@ -213,7 +323,8 @@ PEER_UNIT_DEPENDENCIES = [
     "psutil",
     "torchdata",
 ]
-PEER_ENV = {**CPU_ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+# Added to cpu_env(session) for the peer sessions: the Hugging Face libraries stay offline.
+PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
 
 # Tests of Accelerate 1.15.0's unit suite that pass on Accelerate and fail on accel, each with its
@@ -268,6 +379,7 @@ def peer_baseline_python(session: nox.Session) -> str:
 
 
 @nox.session(tags=["ci"])
+@timed
 def peer(session: nox.Session) -> None:
     """Accelerate 1.15's own test scripts and unit suite, renamed to accel, on the CPU.
 
@@ -283,7 +395,8 @@ def peer(session: nox.Session) -> None:
         *PEER_SCRIPT_DEPENDENCIES,
         *PEER_UNIT_DEPENDENCIES,
     )
-    session.run("python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=PEER_ENV)
+    peer_env = {**cpu_env(session), **PEER_OFFLINE_ENV}
+    session.run("python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=peer_env)
     expectations = [
         f"--expect-fail={name}={why}" for name, why in PEER_UNIT_EXPECTED_FAILURES.items()
     ]
@@ -293,11 +406,12 @@ def peer(session: nox.Session) -> None:
         "--baseline-python",
         peer_baseline_python(session),
         *expectations,
-        env=PEER_ENV,
+        env=peer_env,
     )
 
 
 @nox.session
+@timed
 def peer_baseline(session: nox.Session) -> None:
     """The same scripts on Hugging Face Accelerate 1.15.0 itself, in a venv of its own."""
     session.install("-c", CONSTRAINTS["cpu"], "accelerate==1.15.0", *PEER_SCRIPT_DEPENDENCIES)
@@ -307,12 +421,13 @@ def peer_baseline(session: nox.Session) -> None:
         "--target",
         "accelerate",
         *session.posargs,
-        env=PEER_ENV,
+        env={**cpu_env(session), **PEER_OFFLINE_ENV},
     )
 
 
 @nox.session(tags=["ci"], reuse_venv=False)
 @nox.parametrize("install", list(INSTALLS))
+@timed
 def install(session: nox.Session, install: str) -> None:
     """A user's install, nothing else: a fresh venv with the pinned torch and one ``pip install``.
 
@@ -340,7 +455,7 @@ def install(session: nox.Session, install: str) -> None:
     )
     tmp = session.create_tmp()
     with session.chdir(INSTALL_CHECKS_DIR):
-        session.run(*(part.format(tmp=tmp) for part in command), env=CPU_ENV)
+        session.run(*(part.format(tmp=tmp) for part in command), env=cpu_env(session))
 
 
 # Accelerate is compared with, never run: installed without its dependencies, plus the two that
@@ -349,6 +464,7 @@ API_COVERAGE_REQUIREMENTS = ["numpy", "packaging"]
 
 
 @nox.session(tags=["ci"])
+@timed
 def api_coverage(session: nox.Session) -> None:
     """``scripts/api_coverage.py --check`` against Accelerate 1.15.0: no unexplained gap.
 
@@ -361,10 +477,13 @@ def api_coverage(session: nox.Session) -> None:
         "-c", CONSTRAINTS["cpu"], *package_targets(PACKAGES), *API_COVERAGE_REQUIREMENTS
     )
     session.install("--no-deps", "accelerate==1.15.0")
-    session.run("python", str(ROOT / "scripts" / "api_coverage.py"), "--check", env=CPU_ENV)
+    session.run(
+        "python", str(ROOT / "scripts" / "api_coverage.py"), "--check", env=cpu_env(session)
+    )
 
 
 @nox.session(tags=["ci"])
+@timed
 def lint(session: nox.Session) -> None:
     """ruff lint and format check over the whole repository; no import cycles between modules."""
     session.install("-c", CONSTRAINTS["cpu"], "ruff")
@@ -374,6 +493,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(tags=["ci"])
+@timed
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's sources."""
     install_packages(session, "cpu", PACKAGES, "mypy")
@@ -383,6 +503,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("accelerate", [False, True])
+@timed
 def bench(session: nox.Session, accelerate: bool) -> None:
     """Run every benchmark in benchmarks/ and write benchmarks/RESULTS.md.
 
@@ -418,6 +539,7 @@ def bench(session: nox.Session, accelerate: bool) -> None:
 
 
 @nox.session
+@timed
 def demo(session: nox.Session) -> None:
     """Train the digits example on 2 CPU processes through accel launch (about a minute)."""
     install_packages(session, "cpu", PACKAGES, "scikit-learn")
@@ -434,3 +556,27 @@ def demo(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )
+
+
+# Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.
+@nox.session(python=False, tags=["ci"])
+def ci_times(session: nox.Session) -> None:
+    """Print each earlier session's wall time, result and test counts; write .nox/ci-times.json.
+
+    Reports what the sessions before it in the same nox run recorded; never fails.
+    """
+    wall_seconds = time.monotonic() - NOXFILE_LOADED_AT
+    times = list(SESSION_TIMES.values())
+    if not times:
+        session.log(
+            "ci_times: no session recorded its time before this one in this nox process (run it"
+            " after others: nox -t ci, or nox -s lint ci_times; under --parallel every session"
+            " runs in a process of its own)"
+        )
+        return
+    try:
+        print(session_times.format_table(times, wall_seconds), flush=True)
+        session_times.write_report(CI_TIMES_JSON, times, wall_seconds)
+        session.log(f"ci_times: wrote {CI_TIMES_JSON}")
+    except Exception as error:  # noqa: BLE001 - a report must not fail the CI run it describes
+        session.warn(f"ci_times: could not report the session times: {error!r}")

@@ -1,0 +1,88 @@
+"""scripts/session_times.py: the table of session times that ``nox -t ci`` ends with."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "session_times.py"
+
+
+@pytest.fixture(scope="module")
+def session_times():
+    spec = importlib.util.spec_from_file_location("session_times", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites>
+  <testsuite name="pytest" errors="1" failures="2" skipped="3" tests="16"/>
+  <testsuite name="more" errors="0" failures="0" skipped="1" tests="4"/>
+</testsuites>
+"""
+
+
+def test_junit_counts_sum_every_testsuite(session_times, tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(JUNIT)
+    counts = session_times.read_junit_counts(report)
+    assert counts == session_times.PytestCounts(passed=13, failed=2, skipped=4, errors=1)
+    assert str(counts) == "13/2/4 +1 errors"
+
+
+def test_a_missing_or_broken_junit_file_gives_no_counts(session_times, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<testsuites><testsuite tests=")
+    assert session_times.read_junit_counts(tmp_path / "absent.xml") is None
+    assert session_times.read_junit_counts(broken) is None
+
+
+def test_junit_file_name_is_safe_for_a_parametrized_session(session_times) -> None:
+    name = session_times.junit_file_name("tests(package='accel-state', backend='cpu')")
+    assert name == "tests-package-accel-state-backend-cpu.xml"
+
+
+def test_table_aligns_columns_and_totals_sessions_and_tests(session_times) -> None:
+    time, counts = session_times.SessionTime, session_times.PytestCounts
+    times = [
+        time("lint", "success", 12.34, 0.5),
+        time("tests(package='accel', backend='cpu')", "failed", 300.0, 2.0, counts(10, 1, 2, 0)),
+        time("tests(package='accel', backend='cuda')", "skipped", 0.01, 0.2),
+        time("integration", "success", 60.25, 1.0, counts(5, 0, 0, 1)),
+    ]
+    rule = "-" * 97
+    expected = f"""\
+CI session times (wall clock)
+{rule}
+session                                 result    setup s  session s  tests passed/failed/skipped
+{rule}
+lint                                    success       0.5       12.3
+tests(package='accel', backend='cpu')   failed        2.0      300.0  10/1/2
+tests(package='accel', backend='cuda')  skipped       0.2        0.0
+integration                             success       1.0       60.2  5/0/0 +1 errors
+{rule}
+total (4 sessions)                                    3.7      372.6  15/1/2 +1 errors
+wall time since the noxfile was loaded: 400.0 s"""
+    assert session_times.format_table(times, wall_seconds=400.04) == expected
+
+
+def test_report_is_written_as_json(session_times, tmp_path: Path) -> None:
+    times = [session_times.SessionTime("lint", "success", 1.5, 0.25)]
+    path = tmp_path / "nested" / "ci-times.json"
+    session_times.write_report(path, times, wall_seconds=2.0)
+    data = json.loads(path.read_text())
+    assert data["sessions"] == [
+        {"name": "lint", "result": "success", "seconds": 1.5, "setup_seconds": 0.25, "tests": None}
+    ]
+    assert data["total_session_seconds"] == 1.5
+    assert data["wall_seconds"] == 2.0
