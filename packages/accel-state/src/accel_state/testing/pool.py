@@ -335,7 +335,6 @@ class _ProcessBaseline:
         self.deterministic = torch.are_deterministic_algorithms_enabled()
         self.root_level = logging.root.level
         self.root_handlers = list(logging.root.handlers)
-        self.warning_filters = list(warnings.filters)
 
     def restore(self) -> None:
         import torch
@@ -351,7 +350,6 @@ class _ProcessBaseline:
         torch.set_grad_enabled(True)
         logging.root.setLevel(self.root_level)
         logging.root.handlers[:] = self.root_handlers
-        warnings.filters[:] = self.warning_filters
 
 
 def _clean_up(baseline: _ProcessBaseline) -> str:
@@ -398,7 +396,8 @@ def _pool_worker_main(rank: int, tasks: Any, results: Any, ready: Any) -> None:
             sys.stderr.flush()
             os._exit(0)
         search_path, environ, output, payload = task
-        with _output_to(output):
+        # catch_warnings restores the warning filters a job may change.
+        with _output_to(output), warnings.catch_warnings():
             sys.path[:] = [*search_path, *(entry for entry in sys.path if entry not in search_path)]
             os.environ.clear()
             os.environ.update(environ)
