@@ -41,7 +41,7 @@ from typing import Any
 from accel_state.contract import USE_CPU
 from accel_state.envvars import patch_environment, str_to_bool
 from accel_state.testing.ports import find_free_port
-from accel_state.testing.reports import ReportCollector, collect_reports
+from accel_state.testing.reports import ReportCollector, collect_reports, run_for_report
 
 #: Variables read when a process starts or first imports a library, and cached from then on: a
 #: job that needs other values than a pool's processes started with gets a pool of its own.
@@ -371,6 +371,12 @@ def _clean_up(baseline: _ProcessBaseline) -> str:
     return ""
 
 
+def _call_shipped(payload: bytes) -> Any:
+    """Unpickle a shipped ``(function, args)`` and call it (an unpicklable job fails as a job)."""
+    function, args = pickle.loads(payload)
+    return function(*args)
+
+
 def _die_with_parent() -> None:
     """Ask Linux to kill this worker when the parent dies (best effort elsewhere)."""
     with contextlib.suppress(Exception):
@@ -401,12 +407,6 @@ def _pool_worker_main(rank: int, tasks: Any, results: Any, ready: Any) -> None:
             sys.path[:] = [*search_path, *(entry for entry in sys.path if entry not in search_path)]
             os.environ.clear()
             os.environ.update(environ)
-            try:
-                function, args = pickle.loads(payload)
-                report = ("ok", time.time(), pickle.dumps(function(*args)))
-            except BaseException:  # noqa: BLE001 - every failure is reported to the parent
-                report = ("error", time.time(), traceback.format_exc().encode())
-            # Report before the cleanup tears the group down (see spawn_workers).
-            results.put((rank, *report))
+            results.put((rank, *run_for_report(_call_shipped, (payload,))))  # before cleanup
             problem = _clean_up(baseline)
         ready.put((rank, problem))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 import queue
 import time
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 from accel_state.errors import AccelStateError
@@ -22,6 +24,20 @@ class WorkersTimedOutError(AccelStateError, TimeoutError):
 #: Seconds the parent keeps collecting reports when the only failures so far are consequences
 #: (a peer's "connection closed"), so that the root cause, reported a moment later, is among them.
 FAILURE_GRACE_SECONDS = 5.0
+
+
+def run_for_report(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, float, bytes]:
+    """Run ``function(*args)`` in a worker: ``("ok", when, pickled value)`` or ``("error", ...)``.
+
+    The error form holds the traceback; every failure is caught, ``SystemExit`` included, so
+    that the parent hears of it. Put ``(rank, *report)`` on the results queue *before* tearing
+    the process group down: teardown closes connections, and the peers' resulting "connection
+    closed" errors must not reach the parent ahead of this rank's own.
+    """
+    try:
+        return ("ok", time.time(), pickle.dumps(function(*args)))
+    except BaseException:  # noqa: BLE001 - every failure is reported to the parent
+        return ("error", time.time(), traceback.format_exc().encode())
 
 
 class ReportCollector:

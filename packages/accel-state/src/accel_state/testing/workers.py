@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import pickle
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +18,7 @@ from accel_state.testing.reports import (
     WorkerFailedError,
     WorkersTimedOutError,
     collect_reports,
+    run_for_report,
 )
 
 __all__ = [
@@ -39,14 +38,7 @@ def _worker_main(
     results: Any,
 ) -> None:
     os.environ.update(environ)
-    try:
-        value = function(*args)
-        payload = ("ok", time.time(), pickle.dumps(value))
-    except BaseException:  # noqa: BLE001 - every failure is reported to the parent
-        payload = ("error", time.time(), traceback.format_exc().encode())
-    # Report before tearing the group down: teardown closes connections, and the peers' resulting
-    # "connection closed" errors must not reach the parent ahead of this rank's own.
-    results.put((rank, *payload))
+    results.put((rank, *run_for_report(function, args)))  # before the teardown below
     from accel_state.shared import reset_state
 
     with contextlib.suppress(Exception):  # teardown problems must not hide the result
