@@ -138,6 +138,15 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         action="store_true",
         help="Only print the workers' output and errors.",
     )
+    _add(
+        parser,
+        "--as_accelerate",
+        action="store_true",
+        help=(
+            "Serve `import accelerate` with accel in every worker, so that an unmodified script "
+            "(or transformers' Trainer, TRL, PEFT) runs on accel. Needs the accel package."
+        ),
+    )
 
     hardware = parser.add_argument_group("Hardware selection")
     _add(hardware, "--cpu", action="store_true", help="Train on the CPU even if a GPU is present.")

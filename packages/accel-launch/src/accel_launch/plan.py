@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import sys
 import uuid
@@ -29,7 +30,7 @@ from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.overlay import flags_to_config
-from accel_state.contract import LaunchContract
+from accel_state.contract import AS_ACCELERATE, LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
 
@@ -411,6 +412,25 @@ def _feature_env(config: AccelConfig, kind: DistributedType | None) -> dict[str,
     return {CPU_AFFINITY_ENV: "1"} if config.enable_cpu_affinity else {}
 
 
+def _as_accelerate_env(args: argparse.Namespace) -> dict[str, str]:
+    """``ACCEL_AS_ACCELERATE=1`` for ``--as_accelerate``, once accel is known to be installed.
+
+    The launcher does not import accel (it runs any torch script); accel's start-up hook, which
+    the ``accel`` package installs, reads the variable in each worker.
+
+    Raises:
+        LaunchArgumentError: ``--as_accelerate`` without the accel package.
+    """
+    if not getattr(args, "as_accelerate", False):
+        return {}
+    if importlib.util.find_spec("accel") is None:
+        raise LaunchArgumentError(
+            "--as_accelerate serves `import accelerate` with accel, but the accel package is not "
+            f"installed for {sys.executable}: `pip install accel`, or drop --as_accelerate."
+        )
+    return {AS_ACCELERATE: "1"}
+
+
 def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, str]:
     """With restarts, give every c10d round a fresh store.
 
@@ -539,6 +559,7 @@ def build_plan(
     worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
     worker_env.update(_feature_env(config, kind))
+    worker_env.update(_as_accelerate_env(args))
     worker_env.update(parse_env_assignments(getattr(args, "env", None)))
     notes.extend(_mode_notes(args, mode, num_machines))
     gpu_ids = parse_gpu_ids(config.gpu_ids)

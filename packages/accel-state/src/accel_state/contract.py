@@ -49,6 +49,15 @@ Accelerate's spellings of the ``torch.compile`` settings, ``ACCELERATE_DYNAMO_BA
 ``ACCELERATE_TORCH_DEVICE`` (Accelerate's name; ``ACCEL_TORCH_DEVICE`` too) names the device a
 worker computes on (``cuda:1``, ``cpu``...), overriding the automatic choice.
 
+``ACCEL_AS_ACCELERATE`` (``accel launch --as-accelerate``): accel's start-up hook makes
+``import accelerate`` give accel in every worker (see ``accel.accelerate_alias``).
+
+Every worker also gets Accelerate's own variables for the same settings, with the values
+``accelerate launch`` gives them (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_CPU``,
+``ACCELERATE_USE_FSDP`` with ``FSDP_*``, ``ACCELERATE_USE_DEEPSPEED`` with
+``ACCELERATE_DEEPSPEED_*``...; see :mod:`accel_state.accelerate_env`): libraries such as
+transformers read those. Set by hand without accel's own, they are read too.
+
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
 restarted the worker group (``restart_count``).
 
@@ -67,6 +76,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from accel_state import accelerate_env
 from accel_state.envvars import read_bool, read_choice, read_int, str_to_bool
 from accel_state.errors import EnvironmentConfigError
 from accel_state.types import PrecisionType
@@ -119,6 +129,8 @@ PARALLELISM_CONFIG_KEYS = (
     "sp_seq_length_is_variable",
     "sp_attn_implementation",
 )
+#: Set by ``accel launch --as-accelerate``: accel's start-up hook serves ``import accelerate``.
+AS_ACCELERATE = "ACCEL_AS_ACCELERATE"
 FP8_BACKEND = "ACCEL_FP8_BACKEND"
 FP8_CONFIG = "ACCEL_FP8_CONFIG"
 #: Written by torch elastic: restarts of the worker group so far.
@@ -350,18 +362,20 @@ class LaunchContract:
         backend = read_choice(env, BACKEND, BACKENDS, "") or None
         use_deepspeed = read_bool(env, USE_DEEPSPEED) or read_bool(env, ACCELERATE_USE_DEEPSPEED)
         use_fsdp = read_bool(env, USE_FSDP) or read_bool(env, ACCELERATE_USE_FSDP)
+        precision_name = _first_set(env, MIXED_PRECISION, accelerate_env.MIXED_PRECISION)
+        steps_name = _first_set(
+            env, GRADIENT_ACCUMULATION_STEPS, accelerate_env.GRADIENT_ACCUMULATION_STEPS
+        )
         if use_deepspeed and use_fsdp:
             raise EnvironmentConfigError(
                 f"{USE_DEEPSPEED} and {USE_FSDP} are both true; a job uses one sharding strategy."
             )
         return cls(
             mixed_precision=PrecisionType(
-                read_choice(env, MIXED_PRECISION, PrecisionType.list(), "no")
+                read_choice(env, precision_name, PrecisionType.list(), "no")
             ),
-            use_cpu=read_bool(env, USE_CPU),
-            gradient_accumulation_steps=read_int(
-                env, GRADIENT_ACCUMULATION_STEPS, default=1, minimum=1
-            ),
+            use_cpu=read_bool(env, _first_set(env, USE_CPU, accelerate_env.USE_CPU)),
+            gradient_accumulation_steps=read_int(env, steps_name, default=1, minimum=1),
             debug=read_bool(env, DEBUG_MODE) or read_bool(env, ACCELERATE_DEBUG_MODE),
             dynamo_backend=(dynamo_backend or "no").strip().lower(),
             dynamo_mode=env.get(_first_set(env, DYNAMO_MODE, ACCELERATE_DYNAMO_MODE)) or None,
@@ -372,7 +386,8 @@ class LaunchContract:
             dynamo_use_regional_compilation=read_bool(env, DYNAMO_USE_REGIONAL_COMPILATION)
             or read_bool(env, ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION),
             use_deepspeed=use_deepspeed,
-            deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG),
+            deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG)
+            or accelerate_env.accelerate_deepspeed_config(env),
             use_fsdp=use_fsdp,
             fsdp_config=_read_json_object(env, FSDP_CONFIG) or _accelerate_fsdp_config(env),
             backend=backend,
@@ -390,6 +405,8 @@ class LaunchContract:
     def to_env(self) -> dict[str, str]:
         """Return the variables a launcher sets so that :meth:`from_env` yields this contract.
 
+        Accelerate's spellings of the same settings come too (:mod:`accel_state.accelerate_env`),
+        for libraries that read those (transformers' ``TrainingArguments``).
         ``restart_count`` is not among them: torch elastic sets it for every attempt.
         """
         env = {
@@ -426,7 +443,7 @@ class LaunchContract:
             env[FP8_CONFIG] = json.dumps(self.fp8_config, sort_keys=True)
         if self.torch_device is not None:
             env[TORCH_DEVICE] = self.torch_device
-        return env
+        return {**accelerate_env.accelerate_variables(self), **env}
 
 
 def _flag(value: bool) -> str:

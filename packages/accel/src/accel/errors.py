@@ -24,3 +24,7 @@ class StateResetError(AcceleratorConfigError, AttributeError):
 
     An ``AttributeError`` too, as Accelerate raises there: the setting is no longer an attribute.
     """
+
+
+class AliasError(AccelError, RuntimeError):
+    """``install_as_accelerate()`` cannot take effect (it ran after Accelerate was imported)."""

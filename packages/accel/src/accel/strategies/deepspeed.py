@@ -31,6 +31,7 @@ from accel.utils.build_locks import warn_about_stale_build_locks
 from accel.utils.deepspeed import (
     DeepSpeedEngineWrapper,
     DeepSpeedPlugin,
+    DeepSpeedSchedulerWrapper,
     DummyOptim,
     DummyScheduler,
     import_deepspeed,
@@ -59,13 +60,6 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
         """Record whether the engine's last step was skipped (fp16 overflow); it already ran."""
         if self.gradient_state.sync_gradients:
             self._step_was_skipped = not self.engine.was_step_applied()
-
-
-class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
-    """A scheduler the engine built from the config file: the engine steps it."""
-
-    def step(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to do: the engine steps its scheduler with each optimizer step."""
 
 
 class DeepSpeedStrategy(ModelStrategy):

@@ -131,6 +131,7 @@ _FSDP_HELPERS = [
     "fsdp2_prepare_model",
     "fsdp2_switch_optimizer_parameters",
     "get_fsdp2_grad_scaler",
+    "get_parameters_from_modules",
 ]
 _FROM_ACCEL = {
     **dict.fromkeys(
@@ -213,6 +214,8 @@ _FROM_ACCEL = {
     "get_active_deepspeed_plugin": "accel.utils.deepspeed",
     "TORCH_LAUNCH_PARAMS": "accel.utils.constants",
     "DummyScheduler": "accel.utils.deepspeed",
+    "DeepSpeedSchedulerWrapper": "accel.utils.deepspeed",
+    "HfDeepSpeedConfig": "accel.utils.deepspeed",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "TorchTensorParallelPlugin": "accel.parallelism",
     "extract_model_from_parallel": "accel.utils.modeling",

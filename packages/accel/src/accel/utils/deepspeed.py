@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel.scheduler import AcceleratedScheduler
+from accel.utils.hf_deepspeed_config import HfDeepSpeedConfig
 
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
@@ -55,6 +57,8 @@ def load_config_file(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict
     Raises:
         AcceleratorConfigError: The file is missing, is not JSON, or does not hold an object.
     """
+    if isinstance(source, HfDeepSpeedConfig):
+        return source.config  # live: transformers fills its "auto" entries after making the plugin
     if isinstance(source, Mapping):
         return json.loads(json.dumps(dict(source)))  # type: ignore[no-any-return]
     text = os.fspath(source)
@@ -343,3 +347,10 @@ def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
             "deepspeed_plugin=... or launch with --use_deepspeed."
         )
     return plugin
+
+
+class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
+    """A scheduler the engine built from the config file: the engine steps it."""
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to do: the engine steps its scheduler with each optimizer step."""

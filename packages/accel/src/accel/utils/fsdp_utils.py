@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +160,27 @@ __all__ = [
     "save_fsdp_model",
     "save_fsdp_optimizer",
 ]
+
+
+def get_parameters_from_modules(
+    modules: Iterable[torch.nn.Module] | str | None, model: torch.nn.Module, device: Any
+) -> set[torch.nn.Parameter]:
+    """The parameters of ``modules``: modules, or a regex matched in full against module names.
+
+    Modules a regex selects are moved to ``device`` (FSDP leaves ignored modules unsharded, so
+    they must already sit where the model computes).
+
+    Args:
+        modules: Modules, a regular expression over ``model.named_modules()`` names, or ``None``.
+        model: The model the names refer to.
+        device: Where regex-selected modules go.
+    """
+    if modules is None:
+        return set()
+    if isinstance(modules, str):
+        pattern = re.compile(modules)
+        selected = [module for name, module in model.named_modules() if pattern.fullmatch(name)]
+        for module in selected:
+            module.to(device)
+        modules = selected
+    return {parameter for module in modules for parameter in module.parameters()}
