@@ -81,6 +81,7 @@ nox.options.sessions = [
     "tests",
     "integration",
     "peer",
+    "ecosystem",
     "ci_times",
 ]
 
@@ -297,6 +298,9 @@ def integration(session: nox.Session) -> None:
     session.run(
         "pytest",
         str(ROOT / "tests-integration"),
+        # The ecosystem session runs these, with transformers, PEFT and TRL installed.
+        "--ignore",
+        str(ROOT / "tests-integration" / "ecosystem"),
         "-p",
         "no:cacheprovider",
         *junit_args(session),
@@ -354,15 +358,15 @@ PEER_UNIT_EXPECTED_FAILURES: dict[str, str] = {
 }
 
 
-def peer_baseline_python(session: nox.Session) -> str:
-    """An interpreter with Accelerate 1.15.0 and the same test dependencies as the peer venv.
+def baseline_python(session: nox.Session, venv: Path, requirements: list[str]) -> str:
+    """An interpreter in ``venv`` holding ``requirements`` (a real Accelerate to compare with).
 
     Made with uv beside nox's own venvs and reused across runs (uv only checks what is there).
     """
-    python = PEER_BASELINE_VENV / "bin" / "python"
+    python = venv / "bin" / "python"
     uv = [sys.executable, "-m", "uv"]
     if not python.exists():
-        session.run(*uv, "venv", "--quiet", str(PEER_BASELINE_VENV), external=True)
+        session.run(*uv, "venv", "--quiet", str(venv), external=True)
     session.run(
         *uv,
         "pip",
@@ -372,13 +376,21 @@ def peer_baseline_python(session: nox.Session) -> str:
         str(python),
         "-c",
         CONSTRAINTS["cpu"],
+        *requirements,
+        external=True,
+    )
+    return str(python)
+
+
+def peer_baseline_python(session: nox.Session) -> str:
+    """Accelerate 1.15.0 with the same test dependencies as the peer venv."""
+    requirements = [
         "torch",
         "accelerate==1.15.0",
         *PEER_SCRIPT_DEPENDENCIES,
         *PEER_UNIT_DEPENDENCIES,
-        external=True,
-    )
-    return str(python)
+    ]
+    return baseline_python(session, PEER_BASELINE_VENV, requirements)
 
 
 @nox.session(tags=["ci"])
@@ -425,6 +437,48 @@ def peer_baseline(session: nox.Session) -> None:
         "accelerate",
         *session.posargs,
         env={**cpu_env(session), **PEER_OFFLINE_ENV},
+    )
+
+
+# The Hugging Face libraries whose users run on accel through `accel launch --as-accelerate`,
+# pinned: the ecosystem session runs their trainers on accel and, for comparison, on Accelerate.
+ECOSYSTEM_LIBRARIES = [
+    "transformers==5.23.0",
+    "peft==0.21.2",
+    "trl==1.16.0",
+    "datasets==5.2.0",
+    "numpy",
+    "deepspeed",
+]
+ECOSYSTEM_BASELINE_VENV = ROOT / ".nox" / "ecosystem-accelerate-1-15-0"
+
+
+@nox.session(tags=["ci"])
+@timed
+def ecosystem(session: nox.Session) -> None:
+    """transformers' Trainer, TRL and PEFT on accel, against Accelerate 1.15.0 in a second venv.
+
+    The same job scripts (tests-integration/ecosystem) run on both; their logged losses, grad
+    norms and eval metrics must agree. PEFT and TRL pull the real Accelerate into accel's venv
+    too, so the alias is tested where it has to win over it.
+    """
+    install_packages(session, "cpu", PACKAGES, *ECOSYSTEM_LIBRARIES)
+    remove_stale_build_locks(session)
+    baseline = baseline_python(
+        session, ECOSYSTEM_BASELINE_VENV, ["torch", "accelerate==1.15.0", *ECOSYSTEM_LIBRARIES]
+    )
+    session.run(
+        "pytest",
+        str(ROOT / "tests-integration" / "ecosystem"),
+        "-p",
+        "no:cacheprovider",
+        *junit_args(session),
+        *session.posargs,
+        env={
+            **cpu_env(session),
+            **PEER_OFFLINE_ENV,
+            "ACCEL_ECOSYSTEM_BASELINE_PYTHON": baseline,
+        },
     )
 
 

@@ -50,21 +50,26 @@ class SyntheticPairs(torch.utils.data.Dataset):
 
 
 class DtypeProbe(TrainerCallback):
-    """Records the dtype of the logits the first training step computes."""
+    """Records the dtype the first training step's classifier layer computes in.
+
+    The model's own output is converted back to float32 under mixed precision, so the probe
+    watches a ``Linear`` layer inside it.
+    """
 
     def __init__(self) -> None:
         self.dtypes: list[str] = []
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
-        if model is not None and not self.dtypes:
-            first = next(iter(model.modules()))
+        if model is None or self.dtypes or getattr(self, "_hooked", False):
+            return
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
-            def hook(module, inputs, output):  # type: ignore[no-untyped-def]
-                logits = getattr(output, "logits", None)
-                if logits is not None and len(self.dtypes) < 1:
-                    self.dtypes.append(str(logits.dtype))
+        def hook(module, inputs, output):  # type: ignore[no-untyped-def]
+            if not self.dtypes and isinstance(output, torch.Tensor):
+                self.dtypes.append(str(output.dtype))
 
-            first.register_forward_hook(hook)
+        linears[-1].register_forward_hook(hook)
+        self._hooked = True
 
 
 def tiny_bert() -> BertForSequenceClassification:

@@ -1,3 +1,4 @@
+import importlib.util
 import json
 
 import pytest
@@ -8,6 +9,7 @@ from accel_launch.errors import ConfigError, LaunchArgumentError
 from accel_launch.hardware import cpu_count
 from accel_launch.launch_args import build_launch_parser
 from accel_launch.plan import build_plan, parse_rdzv_conf
+from accel_state import contract
 from accel_state.contract import FSDP_CONFIG, USE_PARALLELISM_CONFIG, LaunchContract
 
 SCRIPT = str(SCRIPTS / "plain_worker.py")
@@ -492,3 +494,19 @@ def test_collective_timeout_reaches_the_workers_from_the_flag_or_the_file():
     assert "ACCEL_PROCESS_GROUP_TIMEOUT" not in plan_for("--cpu").env  # the default applies
     with pytest.raises(ConfigError, match="collective_timeout"):
         plan_for("--cpu", "--collective_timeout", "0")
+
+
+def test_as_accelerate_asks_workers_for_the_alias_or_names_the_missing_package():
+    """``--as-accelerate`` sets ACCEL_AS_ACCELERATE=1, or refuses when accel is not installed.
+
+    accel-launch's own test venv holds no accel (the refusal); a full install has it (the flag).
+    """
+    if importlib.util.find_spec("accel") is None:
+        with pytest.raises(LaunchArgumentError, match="pip install accel"):
+            plan_for("--cpu", "--as-accelerate")
+    else:
+        assert plan_for("--cpu", "--as-accelerate").env[contract.AS_ACCELERATE] == "1"
+    plain = plan_for("--cpu")
+    assert contract.AS_ACCELERATE not in plain.env
+    assert plain.env["ACCELERATE_USE_CPU"] == "True"
+    assert plain.env["ACCELERATE_MIXED_PRECISION"] == "no"

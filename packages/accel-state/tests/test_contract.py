@@ -33,9 +33,68 @@ def test_round_trip_through_the_environment():
         torch_device="cuda:1",
     )
     environ = contract.to_env()
-    assert all(name.startswith("ACCEL_") for name in environ)
-    assert set(environ) <= set(names.ALL_VARIABLES)
+    ours = {name for name in environ if name.startswith("ACCEL_")}
+    assert ours <= set(names.ALL_VARIABLES)
     assert LaunchContract.from_env(environ) == contract
+    # Accelerate's spellings of the same settings come too, with accelerate launch's values.
+    assert environ["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert environ["ACCELERATE_USE_CPU"] == "True"
+    assert environ["ACCELERATE_DEBUG_MODE"] == "true"
+    assert environ["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] == "4"
+    assert environ["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
+    assert environ["ACCELERATE_DYNAMO_MODE"] == "reduce-overhead"
+    assert environ["ACCELERATE_USE_FSDP"] == "true"
+    assert environ["FSDP_VERSION"] == "1"
+    assert environ["FSDP_SHARDING_STRATEGY"] == "FULL_SHARD"
+    assert environ["FSDP_OFFLOAD_PARAMS"] == "false"
+    assert environ["ACCELERATE_FP8_BACKEND"] == "AO"
+    assert environ["ACCELERATE_TORCH_DEVICE"] == "cuda:1"
+    assert set(environ) - ours <= {
+        name for name in environ if name.startswith(("ACCELERATE_", "FSDP_"))
+    }
+
+
+def test_accelerates_variables_alone_are_read():
+    """A script started by hand with Accelerate's variables (or by accelerate launch)."""
+    accelerate_only = {
+        "ACCELERATE_MIXED_PRECISION": "fp16",
+        "ACCELERATE_USE_CPU": "True",
+        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "3",
+        "ACCELERATE_USE_DEEPSPEED": "true",
+        "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu",
+        "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true",
+        "ACCELERATE_GRADIENT_CLIPPING": "1.5",
+    }
+    contract = LaunchContract.from_env(accelerate_only)
+    assert contract.mixed_precision is PrecisionType.FP16
+    assert contract.use_cpu is True
+    assert contract.gradient_accumulation_steps == 3
+    assert contract.use_deepspeed is True
+    assert contract.deepspeed_config == {
+        "zero_stage": 3,
+        "offload_optimizer_device": "cpu",
+        "zero3_init_flag": True,
+        "gradient_clipping": 1.5,
+    }
+
+
+def test_accels_own_variable_wins_over_accelerates():
+    environ = {"ACCEL_MIXED_PRECISION": "bf16", "ACCELERATE_MIXED_PRECISION": "fp16"}
+    assert LaunchContract.from_env(environ).mixed_precision is PrecisionType.BF16
+
+
+def test_deepspeed_settings_become_accelerates_variables():
+    contract = LaunchContract(
+        use_deepspeed=True,
+        deepspeed_config={"zero_stage": 2, "gradient_clipping": 1.0, "zero3_init_flag": False},
+    )
+    environ = contract.to_env()
+    assert environ["ACCELERATE_USE_DEEPSPEED"] == "true"
+    assert environ["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "2"
+    assert environ["ACCELERATE_GRADIENT_CLIPPING"] == "1.0"
+    assert environ["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == "false"
+    assert "ACCELERATE_USE_FSDP" not in environ
 
 
 @pytest.mark.parametrize(

@@ -74,11 +74,14 @@ def accelerate_variables(contract: LaunchContract) -> dict[str, str]:
         MIXED_PRECISION: contract.mixed_precision.value,
         USE_CPU: str(contract.use_cpu),
         "ACCELERATE_DYNAMO_BACKEND": contract.dynamo_backend.upper(),
-        "ACCELERATE_DYNAMO_MODE": contract.dynamo_mode or "default",
         "ACCELERATE_DYNAMO_USE_FULLGRAPH": str(contract.dynamo_use_fullgraph),
-        "ACCELERATE_DYNAMO_USE_DYNAMIC": str(bool(contract.dynamo_use_dynamic)),
         "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": str(contract.dynamo_use_regional_compilation),
     }
+    # Unset settings stay unset (torch.compile's own defaults), as accel's variables do.
+    if contract.dynamo_mode is not None:
+        env["ACCELERATE_DYNAMO_MODE"] = contract.dynamo_mode
+    if contract.dynamo_use_dynamic is not None:
+        env["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(contract.dynamo_use_dynamic)
     if contract.debug:
         env["ACCELERATE_DEBUG_MODE"] = "true"
     if contract.gradient_accumulation_steps != 1:

@@ -43,6 +43,7 @@ _EXPORTS = {
     "TorchTensorParallelPlugin": "accel.parallelism",
     "prepare_pippy": "accel.inference",
     "AccelError": "accel.errors",
+    "AliasError": "accel.errors",
     "AcceleratorConfigError": "accel.errors",
     "PreparationError": "accel.errors",
     "UnsupportedFeatureError": "accel.errors",
@@ -61,6 +62,8 @@ _EXPORTS = {
     "LoggerType": "accel.tracking",
     "notebook_launcher": "accel_launch",
     "debug_launcher": "accel_launch",
+    # serve `import accelerate` with accel (transformers' Trainer, TRL, PEFT)
+    "install_as_accelerate": "accel.accelerate_alias",
     # big-model inference (accel-ckpt)
     "init_empty_weights": "accel_ckpt.big_modeling",
     "init_on_device": "accel_ckpt.big_modeling",
@@ -76,9 +79,11 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
+    from accel.accelerate_alias import install_as_accelerate as install_as_accelerate
     from accel.accelerator import Accelerator as Accelerator
     from accel.errors import AcceleratorConfigError as AcceleratorConfigError
     from accel.errors import AccelError as AccelError
+    from accel.errors import AliasError as AliasError
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
     from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin

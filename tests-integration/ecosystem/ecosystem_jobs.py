@@ -1,0 +1,155 @@
+"""Run the same Hugging Face job on accel and on real Accelerate, and compare what they logged.
+
+The ``ecosystem`` nox session installs transformers, PEFT and TRL (pinned) beside accel, and
+makes a second venv with Accelerate 1.15.0 whose interpreter it names in
+``ACCEL_ECOSYSTEM_BASELINE_PYTHON``. Jobs run once per session and are shared between tests
+(:class:`JobRunner`): a Trainer launch costs 10-20 s here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+BASELINE_PYTHON_ENV = "ACCEL_ECOSYSTEM_BASELINE_PYTHON"
+#: Logged values that measure time, not training: never compared.
+_TIMING_WORDS = ("runtime", "per_second")
+JOB_TIMEOUT = 600
+
+
+def require_libraries() -> None:
+    """Skip the calling module unless transformers, PEFT and TRL are importable here."""
+    for name in ("transformers", "peft", "trl"):
+        pytest.importorskip(name, reason=f"{name} is not installed (run `nox -s ecosystem`)")
+
+
+def job_env(tmp: Path) -> dict[str, str]:
+    """A clean environment for a launched job: no launcher variables, no hub, one thread."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("ACCEL_", "ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_"))
+    }
+    env.update(
+        HF_HOME=str(tmp / "hf_home"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        CUDA_VISIBLE_DEVICES="",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
+class JobRunner:
+    """Runs each distinct job once (on ``accel`` or ``accelerate``) and keeps its result."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._results: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def command(
+        self,
+        target: str,
+        script: str,
+        args: tuple[str, ...],
+        processes: int,
+        flags: tuple[str, ...],
+        out: Path,
+    ) -> list[str]:
+        """The command line that runs ``script`` on ``target`` with ``processes`` processes."""
+        script_path = str(HERE / script)
+        if target == "accel":
+            if processes == 1 and not flags:
+                return [sys.executable, "-m", "accel.as_accelerate", script_path, str(out), *args]
+            accel = str(Path(sys.executable).with_name("accel"))
+            launch = [
+                accel,
+                "launch",
+                "--as_accelerate",
+                "--cpu",
+                "--num_processes",
+                str(processes),
+            ]
+            return [*launch, *flags, script_path, str(out), *args]
+        python = os.environ.get(BASELINE_PYTHON_ENV)
+        if not python:
+            pytest.skip(f"{BASELINE_PYTHON_ENV} is not set: no Accelerate venv to compare with")
+        if processes == 1 and not flags:
+            return [python, script_path, str(out), *args]
+        launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
+        # Accelerate runs several CPU processes through its multi-GPU launcher (torchrun) when no
+        # GPU is visible; --cpu would start one process whatever --num_processes says.
+        return [*launch, "--multi_gpu", *flags, script_path, str(out), *args]
+
+    def run(
+        self,
+        target: str,
+        script: str,
+        *args: str,
+        processes: int = 2,
+        flags: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """The ``result.json`` of the job (run now unless an identical job already ran)."""
+        key = (target, script, args, processes, flags)
+        if key not in self._results:
+            out = self.root / f"job{len(self._results)}-{target}"
+            out.mkdir(parents=True)
+            command = self.command(target, script, args, processes, flags, out)
+            completed = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=JOB_TIMEOUT,
+                env=job_env(out),
+                cwd=out,
+                check=False,
+                start_new_session=True,
+            )
+            if completed.returncode != 0:
+                pytest.fail(
+                    f"{' '.join(command)} exited {completed.returncode}\n--- stdout ---\n"
+                    f"{completed.stdout[-6000:]}\n--- stderr ---\n{completed.stderr[-12000:]}"
+                )
+            self._results[key] = json.loads((out / "result.json").read_text())
+        return self._results[key]
+
+
+def _numbers(record: dict[str, Any]) -> dict[str, float]:
+    return {
+        key: float(value)
+        for key, value in record.items()
+        if isinstance(value, (int, float)) and not any(word in key for word in _TIMING_WORDS)
+    }
+
+
+def assert_same_history(
+    mine: list[dict[str, Any]], theirs: list[dict[str, Any]], tolerance: float
+) -> int:
+    """Every logged value (losses, grad norms, eval metrics, steps) agrees within ``tolerance``.
+
+    Returns:
+        How many values were compared.
+    """
+    assert len(mine) == len(theirs), f"{len(mine)} log records against {len(theirs)}"
+    compared = 0
+    for index, (ours, other) in enumerate(zip(mine, theirs, strict=True)):
+        ours_numbers, other_numbers = _numbers(ours), _numbers(other)
+        assert ours_numbers.keys() == other_numbers.keys(), f"record {index}: {ours} vs {other}"
+        for key, value in ours_numbers.items():
+            expected = other_numbers[key]
+            assert math.isclose(value, expected, rel_tol=0, abs_tol=tolerance), (
+                f"record {index} {key}: {value} against {expected} (tolerance {tolerance})"
+            )
+            compared += 1
+    assert compared > 0
+    return compared
