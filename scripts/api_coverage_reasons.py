@@ -242,7 +242,7 @@ ABSENT_PATTERNS: list[tuple[str, str, str]] = [
     ),
     (
         r"accelerate\.utils\.fsdp_utils",
-        r"fsdp2_prepare_auto_wrap_policy|get_parameters_from_modules",
+        r"fsdp2_prepare_auto_wrap_policy",
         _FSDP,
     ),
     (
