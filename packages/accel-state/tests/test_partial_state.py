@@ -3,6 +3,7 @@ import torch
 
 from accel_state import (
     DistributedType,
+    EnvironmentConfigError,
     GradientState,
     PartialState,
     PartialStateResetError,
@@ -210,3 +211,10 @@ def test_one_launched_sharding_process_gets_a_group_of_one(source, settings, exp
     layout = ProcessLayout(world_size=1, source=source)
     assert _needs_process_group(layout, LaunchContract(**settings)) is expected
     assert _needs_process_group(ProcessLayout(world_size=2, source=source), LaunchContract())
+
+
+def test_sagemaker_data_parallel_is_refused_by_name():
+    """transformers passes ``_use_sagemaker_dp=True`` inside SageMaker; accel says it cannot."""
+    with pytest.raises(EnvironmentConfigError, match="_use_sagemaker_dp=True"):
+        PartialState(_use_sagemaker_dp=True)
+    assert PartialState(_use_sagemaker_dp=False).num_processes == 1

@@ -21,7 +21,11 @@ from accel_state.cluster import ProcessLayout, resolve_cluster_environment
 from accel_state.contract import LaunchContract
 from accel_state.device import select_backend, select_device, use_named_device
 from accel_state.device_mesh import activate, active_parallel_mesh
-from accel_state.errors import PartialStateResetError, StateConflictError
+from accel_state.errors import (
+    EnvironmentConfigError,
+    PartialStateResetError,
+    StateConflictError,
+)
 from accel_state.process_group import (
     lower_timeouts,
     resolve_timeout,
@@ -47,10 +51,13 @@ class PartialState:
             default ``ACCEL_PROCESS_GROUP_TIMEOUT``, else 600 s until :meth:`lower_timeouts`
             (the Accelerator calls it after the first training step) and 300 s from then on.
         environ: Environment to read instead of ``os.environ`` (for tests and tools).
+        _use_sagemaker_dp: Accelerate's switch for SageMaker's data-parallel library (which
+            transformers passes there); ``True`` is refused, accel does not target SageMaker.
 
     Raises:
         StateConflictError: The state already exists with a different device or backend request.
-        accel_state.EnvironmentConfigError: Malformed launcher variables.
+        accel_state.EnvironmentConfigError: Malformed launcher variables, or
+            ``_use_sagemaker_dp=True``.
         accel_state.ProcessGroupError: The process group could not be started.
 
     """
@@ -64,7 +71,14 @@ class PartialState:
         backend: str | None = None,
         timeout: datetime.timedelta | float | None = None,
         environ: Mapping[str, str] | None = None,
+        _use_sagemaker_dp: bool | None = None,
     ) -> None:
+        if _use_sagemaker_dp:
+            # transformers asks for it only inside SageMaker's data-parallel jobs.
+            raise EnvironmentConfigError(
+                "PartialState(_use_sagemaker_dp=True): SageMaker's data-parallel library is not "
+                "supported by accel; start the job with accel launch or torchrun instead."
+            )
         self.__dict__ = self._shared_state
         if self.initialized:
             self._check_compatible(cpu, backend)
