@@ -232,3 +232,19 @@ def test_launcher_exports_accelerates_variables_to_a_plain_script(tmp_path: Path
             "ACCELERATE_USE_CPU": "True",
             "ACCEL_AS_ACCELERATE": None,
         }
+
+
+def test_accelerator_reads_accelerates_variables_set_by_hand() -> None:
+    """``ACCELERATE_MIXED_PRECISION=bf16 python train.py``, as with Accelerate."""
+    completed = run_python(
+        """
+        from accel import Accelerator
+        accelerator = Accelerator()
+        print(accelerator.mixed_precision, str(accelerator.state.dynamo_plugin.backend).lower())
+        """,
+        ACCELERATE_MIXED_PRECISION="bf16",
+        ACCELERATE_DYNAMO_BACKEND="EAGER",
+        ACCELERATE_USE_CPU="True",
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert completed.stdout.split() == ["bf16", "eager"]
