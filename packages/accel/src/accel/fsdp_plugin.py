@@ -165,7 +165,151 @@ class FullyShardedDataParallelPlugin:
                     f"optim_state_dict_config are {implied} configs; make them agree (or leave "
                     "state_dict_type unset)."
                 )
-        return _validate(values)
+        strategy_given = self.sharding_strategy is not None or (
+            (launcher or {}).get("fsdp_sharding_strategy") is not None
+        )
+        return _validate(values, strategy_given=strategy_given)
+
+    def fill_unset(
+        self, launcher: Mapping[str, Any] | None = None
+    ) -> FullyShardedDataParallelPlugin:
+        """Write the resolved settings into the fields left at ``None`` (as Accelerate's plugin reads).
+
+        Accelerate's plugin holds its final values once made (``fsdp_version``,
+        ``state_dict_type``...); code such as transformers' Trainer reads them there. The
+        ``AcceleratorState`` calls this with the launcher's ``fsdp_config`` when it adopts a plugin
+        (one it makes from the launcher too). Fields already set are kept, so
+        :meth:`resolved` gives the same settings afterwards.
+
+        Returns:
+            The plugin itself.
+
+        Raises:
+            AcceleratorConfigError: The settings are invalid (see :meth:`resolved`).
+        """
+        settings = self.resolved(launcher)
+        launcher = launcher or {}
+        filled: dict[str, Any] = {
+            "fsdp_version": settings.fsdp_version,
+            "state_dict_type": settings.state_dict_type,
+            "backward_prefetch": settings.backward_prefetch,
+            "min_num_params": settings.min_num_params,
+            "cpu_offload": settings.cpu_offload,
+            "use_orig_params": settings.use_orig_params,
+            "sync_module_states": settings.sync_module_states,
+            "forward_prefetch": settings.forward_prefetch,
+            "activation_checkpointing": settings.activation_checkpointing,
+            "activation_checkpointing_offload": settings.activation_checkpointing_offload,
+            "limit_all_gathers": settings.limit_all_gathers,
+            "cpu_ram_efficient_loading": _flag(
+                "cpu_ram_efficient_loading",
+                launcher.get(
+                    "fsdp_cpu_ram_efficient_loading", _DEFAULTS["cpu_ram_efficient_loading"]
+                ),
+            ),
+        }
+        if settings.wrap_policy != "CALLABLE":
+            filled["auto_wrap_policy"] = settings.wrap_policy.lower()
+        if settings.layer_class_names:
+            filled["transformer_cls_names_to_wrap"] = list(settings.layer_class_names)
+        if settings.fsdp_version == 2:
+            filled["reshard_after_forward"] = settings.reshard_after_forward
+        else:
+            filled["sharding_strategy"] = settings.sharding_strategy
+        for name, value in filled.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        return self
+
+    @classmethod
+    def from_launcher(cls, launcher: Mapping[str, Any] | None) -> FullyShardedDataParallelPlugin:
+        """The plugin the launcher's ``fsdp_config`` describes (``accel launch --use_fsdp``...).
+
+        Raises:
+            AcceleratorConfigError: The launcher's settings are invalid.
+        """
+        return cls().fill_unset(launcher)
+
+    def set_state_dict_type(self, state_dict_type: Any = None) -> None:
+        """Choose the state-dict type for the next saves (Accelerate's name).
+
+        The usual use: train with ``SHARDED_STATE_DICT`` checkpoints, then switch to
+        ``FULL_STATE_DICT`` before a final ``save_model`` / ``get_state_dict``. ``state_dict_config``
+        and ``optim_state_dict_config`` objects of the other type are dropped.
+
+        Args:
+            state_dict_type: ``FULL_STATE_DICT`` or ``SHARDED_STATE_DICT`` (a name, or torch's
+                ``StateDictType``); ``None`` keeps the current one.
+
+        Raises:
+            AcceleratorConfigError: The type is unknown or cannot be written by accel.
+        """
+        if state_dict_type is None:
+            return
+        chosen = _choice("state_dict_type", state_dict_type, STATE_DICT_TYPES)
+        if chosen not in WRITABLE_STATE_DICT_TYPES:
+            raise AcceleratorConfigError(
+                f"set_state_dict_type({state_dict_type!r}): accel writes FULL_STATE_DICT or "
+                "SHARDED_STATE_DICT only; pass one of those."
+            )
+        self.state_dict_type = chosen
+        for name in ("state_dict_config", "optim_state_dict_config"):
+            config = getattr(self, name)
+            if config is not None and _CONFIG_TYPES.get(type(config).__name__) != chosen:
+                setattr(self, name, None)
+
+    def set_mixed_precision(
+        self, mixed_precision: Any, buffer_autocast: bool = False, override: bool = False
+    ) -> None:
+        """Set ``mixed_precision_policy`` from a precision name or dtype (Accelerate's method).
+
+        Without ``override`` an existing policy is kept (a dict of dtypes becomes torch's policy
+        object). The policy computes and reduces in the given dtype, as Accelerate's does (without
+        a policy, accel reduces in float32).
+
+        Args:
+            mixed_precision: ``"bf16"``, ``"fp16"``, ``"fp8"`` (bf16 outside fp8 layers),
+                ``"fp32"``, or one of those torch dtypes.
+            buffer_autocast: FSDP1: keep buffers in float32.
+            override: Replace an existing policy.
+
+        Raises:
+            AcceleratorConfigError: The precision is not one of those.
+        """
+        dtypes = {
+            "fp8": torch.bfloat16,
+            "fp16": torch.float16,
+            "bf16": torch.bfloat16,
+            "fp32": torch.float32,
+        }
+        dtype = dtypes.get(mixed_precision) if isinstance(mixed_precision, str) else mixed_precision
+        if dtype not in dtypes.values():
+            raise AcceleratorConfigError(
+                f"set_mixed_precision({mixed_precision!r}): pass one of {sorted(dtypes)} or "
+                "torch.bfloat16 / torch.float16 / torch.float32."
+            )
+        if override or self.mixed_precision_policy is None:
+            policy: dict[str, Any] = {"param_dtype": dtype, "reduce_dtype": dtype}
+            if self.fsdp_version == 1:
+                policy["buffer_dtype"] = torch.float32 if buffer_autocast else dtype
+            else:
+                policy["output_dtype"] = dtype
+            self.mixed_precision_policy = _torch_policy(self.fsdp_version, policy)
+        elif isinstance(self.mixed_precision_policy, Mapping):
+            mixed_precision_dtypes(self.mixed_precision_policy, "no")  # validates the keys
+            self.mixed_precision_policy = _torch_policy(
+                self.fsdp_version,
+                {key: _dtype(value) for key, value in self.mixed_precision_policy.items()},
+            )
+
+    def validate_mixed_precision_policy(self) -> None:
+        """Check ``mixed_precision_policy`` (a dict of dtypes or torch's policy object).
+
+        Raises:
+            AcceleratorConfigError: It is neither.
+        """
+        if self.mixed_precision_policy is not None:
+            mixed_precision_dtypes(self.mixed_precision_policy, "no")
 
     def set_auto_wrap_policy(self, model: torch.nn.Module) -> None:
         """Check the wrap policy against ``model`` (Accelerate's name; the policy is applied at prepare).
@@ -215,6 +359,9 @@ class FSDPSettings:
     ignored_modules: Any
     param_init_fn: Callable[[torch.nn.Module], None] | None = None
     activation_checkpointing_offload: bool = False
+    #: With ``wrap_policy == "CALLABLE"``: torch's auto-wrap policy function (for example what
+    #: PEFT's ``fsdp_auto_wrap_policy`` returns), asked about each sub-module.
+    wrap_policy_fn: Callable[..., bool] | None = None
 
 
 def _is_fsdp1_sharding_strategy(value: Any) -> bool:
@@ -262,7 +409,47 @@ def _class_names(value: Any) -> tuple[str, ...]:
     return tuple(str(item).strip() for item in items if str(item).strip())
 
 
-def _validate(values: dict[str, Any]) -> FSDPSettings:
+def _strategy_name(value: Any) -> str | None:
+    """``value`` as a sharding-strategy name when it is one (a name, number or torch enum)."""
+    if value is None or isinstance(value, bool):
+        return None
+    name = _name(value)
+    if name.isdigit() and 1 <= int(name) <= len(SHARDING_STRATEGIES):
+        return SHARDING_STRATEGIES[int(name) - 1]
+    return name if name in SHARDING_STRATEGIES else None
+
+
+def _reshard_setting(
+    reshard: Any, strategy: str, version: int, strategy_given: bool
+) -> tuple[bool | None, str]:
+    """Read ``reshard_after_forward`` as Accelerate does: a bool (FSDP2) or a strategy (FSDP1).
+
+    Accelerate's FSDP1 takes the sharding strategy in ``reshard_after_forward`` (transformers'
+    Trainer passes ``"full_shard"`` there); under FSDP2 ``FULL_SHARD``/``SHARD_GRAD_OP`` there
+    mean ``True``/``False``.
+
+    Returns:
+        The flag (``None``: unset) and the sharding strategy.
+    """
+    named = _strategy_name(reshard)
+    if named is None:
+        return (None if reshard is None else _flag("reshard_after_forward", reshard)), strategy
+    if version == 2:
+        if named not in ("FULL_SHARD", "SHARD_GRAD_OP"):
+            raise AcceleratorConfigError(
+                f"reshard_after_forward={reshard!r} has no FSDP2 equivalent in accel; use true "
+                "(FULL_SHARD) or false (SHARD_GRAD_OP), or set fsdp_version: 1."
+            )
+        return named == "FULL_SHARD", strategy
+    if strategy_given and named != strategy:
+        raise AcceleratorConfigError(
+            f"sharding_strategy={strategy} and reshard_after_forward={reshard!r} disagree (under "
+            "FSDP1 both name the sharding strategy); set one of them."
+        )
+    return None, named
+
+
+def _validate(values: dict[str, Any], strategy_given: bool = False) -> FSDPSettings:
     version = values["fsdp_version"]
     if version not in (1, 2, "1", "2"):
         raise AcceleratorConfigError(
@@ -270,9 +457,9 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
         )
     version = int(version)
     strategy = _choice("sharding_strategy", values["sharding_strategy"], SHARDING_STRATEGIES)
-    reshard = values.get("reshard_after_forward")
-    if reshard is not None:
-        reshard = _flag("reshard_after_forward", reshard)
+    reshard, strategy = _reshard_setting(
+        values.get("reshard_after_forward"), strategy, version, strategy_given
+    )
     if version == 2:
         if strategy in ("NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
             raise AcceleratorConfigError(
@@ -288,13 +475,12 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
         )
     policy_value = values.get("auto_wrap_policy")
     names = _class_names(values.get("transformer_cls_names_to_wrap"))
+    policy_fn = None
     if policy_value is None:
         policy = "TRANSFORMER_BASED_WRAP" if names else "NO_WRAP"
     elif callable(policy_value):
-        raise AcceleratorConfigError(
-            "auto_wrap_policy as a function is not supported; pass 'transformer_based_wrap' with "
-            "transformer_cls_names_to_wrap, 'size_based_wrap' with min_num_params, or 'no_wrap'."
-        )
+        # torch's policy functions (module, recurse, nonwrapped_numel), e.g. PEFT's.
+        policy, policy_fn = "CALLABLE", policy_value
     else:
         policy = _choice("auto_wrap_policy", policy_value, WRAP_POLICIES)
     if policy == "TRANSFORMER_BASED_WRAP" and not names:
@@ -308,8 +494,7 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
             f"fsdp_state_dict_type={state_dict_type} cannot be written by accel's save_state; "
             "use SHARDED_STATE_DICT (resharding checkpoints) or FULL_STATE_DICT."
         )
-    offload = values["cpu_offload"]
-    offload = _flag("cpu_offload", getattr(offload, "offload_params", offload))
+    offload = _offload_flag(values["cpu_offload"])
     use_orig_params = _flag("use_orig_params", values["use_orig_params"])
     if version == 1 and not use_orig_params:
         raise AcceleratorConfigError(
@@ -339,7 +524,32 @@ def _validate(values: dict[str, Any]) -> FSDPSettings:
         ignored_modules=values.get("ignored_modules"),
         param_init_fn=_param_init_fn(values.get("param_init_fn")),
         activation_checkpointing_offload=_checkpoint_offload(values, version),
+        wrap_policy_fn=policy_fn,
     )
+
+
+def _offload_flag(value: Any) -> bool:
+    """``cpu_offload`` as a flag: a bool, or torch's ``CPUOffload`` / ``OffloadPolicy`` objects."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+    if isinstance(value, CPUOffloadPolicy):
+        return True
+    if isinstance(value, OffloadPolicy):
+        return False  # torch's "no offloading" policy
+    return _flag("cpu_offload", getattr(value, "offload_params", value))
+
+
+def _torch_policy(version: int | None, dtypes: Mapping[str, Any]) -> Any:
+    """The torch ``MixedPrecision`` (FSDP1) or ``MixedPrecisionPolicy`` (FSDP2) for dtypes."""
+    if version == 1:
+        from torch.distributed.fsdp import MixedPrecision
+
+        keys: tuple[str, ...] = ("param_dtype", "reduce_dtype", "buffer_dtype")
+        return MixedPrecision(**{key: dtypes[key] for key in keys if key in dtypes})
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    keys = ("param_dtype", "reduce_dtype", "output_dtype")
+    return MixedPrecisionPolicy(**{key: dtypes[key] for key in keys if key in dtypes})
 
 
 def _param_init_fn(value: Any) -> Callable[[torch.nn.Module], None] | None:

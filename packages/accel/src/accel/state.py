@@ -59,7 +59,8 @@ class AcceleratorState(DeepSpeedPluginsMixin):
         dynamo_plugin: ``torch.compile`` settings.
         deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin` (ZeRO settings), or a dict of named
             plugins (the first is selected; see :mod:`accel.deepspeed_plugins`).
-        fsdp_plugin: FSDP settings (strategy lands with the FSDP issue).
+        fsdp_plugin: A :class:`~accel.FullyShardedDataParallelPlugin`; without one, a job
+            launched with FSDP gets one made from the launcher's settings.
         backend: Communication backend for the process group.
         timeout: Process-group timeout.
         parallelism_config: A :class:`~accel_state.ParallelismConfig`: its mesh is built here (on
@@ -123,6 +124,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
             return
         contract = partial.contract
         deepspeed_plugin, deepspeed_plugins = split_deepspeed_plugins(deepspeed_plugin, None)
+        fsdp_plugin, deepspeed_plugin = _launcher_plugins(partial, fsdp_plugin, deepspeed_plugin)
         self._shared_state.update(
             deepspeed_plugins=deepspeed_plugins,
             partial=partial,
@@ -305,6 +307,36 @@ class AcceleratorState(DeepSpeedPluginsMixin):
 
     def __repr__(self) -> str:
         return f"{self.partial!r}Mixed precision type: {self.mixed_precision.value}\n"
+
+
+def _launcher_plugins(
+    partial: PartialState, fsdp_plugin: Any, deepspeed_plugin: Any
+) -> tuple[Any, Any]:
+    """The FSDP and DeepSpeed plugins, made from the launcher's settings where none was given.
+
+    As in Accelerate, ``state.fsdp_plugin`` / ``state.deepspeed_plugin`` exist whenever the job
+    uses FSDP / DeepSpeed, whether the settings came from a plugin or from ``accel launch``
+    (``--use_fsdp``, ``distributed_type: FSDP``, Accelerate's ``ACCELERATE_USE_FSDP``...); code
+    such as transformers' Trainer tells the job's kind by them. An FSDP plugin's unset fields
+    are filled with the resolved settings (launcher's, else defaults), as Accelerate's plugin
+    holds its final values.
+
+    Raises:
+        AcceleratorConfigError: The FSDP settings are invalid.
+    """
+    from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+
+    contract = partial.contract
+    launched = partial.distributed_type
+    if isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
+        fsdp_plugin.fill_unset(contract.fsdp_config)
+    elif fsdp_plugin is None and deepspeed_plugin is None and launched is DistributedType.FSDP:
+        fsdp_plugin = FullyShardedDataParallelPlugin.from_launcher(contract.fsdp_config)
+    if deepspeed_plugin is None and fsdp_plugin is None and launched is DistributedType.DEEPSPEED:
+        from accel.utils.deepspeed import DeepSpeedPlugin
+
+        deepspeed_plugin = DeepSpeedPlugin.from_launch_config(contract.deepspeed_config)
+    return fsdp_plugin, deepspeed_plugin
 
 
 def is_initialized() -> bool:

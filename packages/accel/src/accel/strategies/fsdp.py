@@ -118,6 +118,8 @@ class FSDPStrategy(ModelStrategy):
         policy = self.fsdp.wrap_policy
         if policy == "NO_WRAP":
             return []
+        if policy == "CALLABLE" and self.fsdp.wrap_policy_fn is not None:
+            return _policy_units(model, self.fsdp.wrap_policy_fn)
         if policy == "TRANSFORMER_BASED_WRAP":
             wanted = set(self.fsdp.layer_class_names)
             present = {type(module).__name__ for module in model.modules()}
@@ -166,11 +168,11 @@ class FSDPStrategy(ModelStrategy):
         if self.mesh is not None:
             options["mesh"] = self.mesh
         if self.fsdp.ignored_modules is not None:
-            options["ignored_params"] = {
-                parameter
-                for module in self.fsdp.ignored_modules
-                for parameter in module.parameters()
-            }
+            from accel.utils.fsdp_utils import get_parameters_from_modules
+
+            options["ignored_params"] = get_parameters_from_modules(
+                self.fsdp.ignored_modules, model, self.state.device
+            )
         for layer in layers:
             fully_shard(layer, **options)
         if self.fsdp.reshard_after_forward:
@@ -204,11 +206,19 @@ class FSDPStrategy(ModelStrategy):
             forward_prefetch=self.fsdp.forward_prefetch,
             limit_all_gathers=self.fsdp.limit_all_gathers,
             use_orig_params=self.fsdp.use_orig_params,
-            ignored_modules=self.fsdp.ignored_modules,
+            ignored_modules=self._ignored_modules(model),
             device_id=device,
             param_init_fn=self.fsdp.param_init_fn,
         )
         return wrapped
+
+    def _ignored_modules(self, model: torch.nn.Module) -> list[torch.nn.Module] | None:
+        """FSDP1's ``ignored_modules``: the plugin's modules, or those its regex names."""
+        if self.fsdp.ignored_modules is None:
+            return None
+        from accel.utils.fsdp_utils import select_modules
+
+        return select_modules(self.fsdp.ignored_modules, model, self.state.device)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """The module inside an FSDP1 wrapper; an FSDP2 model is its own module, resharded."""
@@ -344,6 +354,8 @@ class FSDPStrategy(ModelStrategy):
         plain_models: list[torch.nn.Module] = []
         states: list[ShardedState] = []
         claimed: set[int] = set()
+        # The plugin's type now: set_state_dict_type may have changed it since prepare.
+        full = resolve_settings(self.state).state_dict_type == "FULL_STATE_DICT"
         for model in models:
             if not self._is_sharded(model):
                 plain_models.append(model)
@@ -366,7 +378,7 @@ class FSDPStrategy(ModelStrategy):
                     name=f"fsdp_model_{len(states)}",
                     model=model,
                     optimizers=[_raw(opt) for opt in mine],
-                    full=self.fsdp.state_dict_type == "FULL_STATE_DICT",
+                    full=full,
                 )
             )
         plain_optimizers = [opt for opt in optimizers if id(opt) not in claimed]
@@ -432,6 +444,27 @@ def _post_order(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
     for child in module.children():
         yield from _post_order(child)
     yield module
+
+
+def _policy_units(model: torch.nn.Module, policy: Callable[..., bool]) -> list[torch.nn.Module]:
+    """Submodules a torch auto-wrap policy function picks, innermost first.
+
+    Asked as torch's FSDP1 wrapper asks it: ``policy(module=..., recurse=False,
+    nonwrapped_numel=...)``, with the parameters not already in a chosen unit below.
+    """
+    units: list[torch.nn.Module] = []
+    covered: set[int] = set()
+    for module in _post_order(model):
+        if module is model:
+            break
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            continue  # containers without forward cannot be units
+        free = [p for p in module.parameters() if id(p) not in covered]
+        numel = sum(p.numel() for p in free)
+        if free and policy(module=module, recurse=False, nonwrapped_numel=numel):
+            units.append(module)
+            covered.update(id(p) for p in free)
+    return units
 
 
 def _size_based_units(model: torch.nn.Module, min_num_params: int) -> list[torch.nn.Module]:

@@ -61,12 +61,15 @@ class FSDPModelState:
         model: The sharded model.
         optimizers: The raw optimizers stepping its parameters.
         full: Write gathered tensors from rank 0 instead of per-rank shards.
+        trainable_only: Write and read the trainable parameters only (a PEFT model's adapters;
+            the frozen base weights stay as they are).
     """
 
     name: str
     model: torch.nn.Module
     optimizers: list[torch.optim.Optimizer]
     full: bool = False
+    trainable_only: bool = False
 
     def _state(self, full: bool) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
@@ -76,7 +79,9 @@ class FSDPModelState:
         )
 
         offload = full and off_cpu(self.model)
-        options = StateDictOptions(full_state_dict=full, cpu_offload=offload)
+        options = StateDictOptions(
+            full_state_dict=full, cpu_offload=offload, ignore_frozen_params=self.trainable_only
+        )
         if not self.optimizers:
             return {MODEL_KEY: get_model_state_dict(self.model, options=options)}
         model_state, optimizer_state = get_state_dict(self.model, self.optimizers, options=options)
@@ -89,7 +94,7 @@ class FSDPModelState:
             set_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=full)
+        options = StateDictOptions(full_state_dict=full, strict=not self.trainable_only)
         if not self.optimizers:
             set_model_state_dict(self.model, state[MODEL_KEY], options=options)
             return

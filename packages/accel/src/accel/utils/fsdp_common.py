@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+import torch
+
+from accel.errors import AcceleratorConfigError
 from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin
 
 PathLike = str | os.PathLike[str]
@@ -25,17 +27,16 @@ def resolve_plugin(fsdp_plugin: Any, accelerator: Any) -> FSDPSettings:
     return fsdp_plugin.resolved(accelerator.state.partial.contract.fsdp_config)
 
 
-def refuse_adapter_only(adapter_only: bool) -> None:
-    """Refuse PEFT adapter-only saving and loading.
+def adapter_weights_only(adapter_only: bool, model: torch.nn.Module) -> bool:
+    """Whether to save or load only the adapter weights, as Accelerate decides.
 
-    Raises:
-        UnsupportedFeatureError: ``adapter_only`` is true.
+    ``adapter_only=True`` applies to PEFT models: their trainable (adapter) parameters are
+    written and read, the frozen base weights are not. For any other model it is ignored
+    (transformers' Trainer passes ``adapter_only=True`` for every model).
     """
-    if adapter_only:
-        raise UnsupportedFeatureError(
-            "adapter_only=True saves PEFT adapter weights, which accel does not handle; save the "
-            "whole model (adapter_only=False) or use PEFT's own save_pretrained."
-        )
+    from accel.utils.modeling import is_peft_model
+
+    return bool(adapter_only) and is_peft_model(model)
 
 
-__all__ = ["PathLike", "refuse_adapter_only", "resolve_plugin"]
+__all__ = ["PathLike", "adapter_weights_only", "resolve_plugin"]

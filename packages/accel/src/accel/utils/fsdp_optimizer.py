@@ -20,7 +20,7 @@ import torch
 
 from accel.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel.utils.constants import OPTIMIZER_NAME
-from accel.utils.fsdp_common import PathLike, refuse_adapter_only, resolve_plugin
+from accel.utils.fsdp_common import PathLike, resolve_plugin
 
 _STATE_KEY = "optimizer"
 
@@ -94,13 +94,13 @@ def load_fsdp_optimizer(
     """Read a state written by :func:`save_fsdp_optimizer` into the prepared optimizer.
 
     ``input_dir`` is the folder given to ``save_fsdp_optimizer`` or, for the sharded layout,
-    the ``optimizer_<i>`` folder itself. Collective.
+    the ``optimizer_<i>`` folder itself. Collective. ``adapter_only`` is accepted for
+    Accelerate's signature and has no effect (an optimizer holds trainable parameters only).
 
     Raises:
         FileNotFoundError: Nothing saved under ``input_dir`` for ``optimizer_index``.
-        UnsupportedFeatureError: ``adapter_only=True``.
     """
-    del use_dcp, fsdp_plugin
+    del use_dcp, fsdp_plugin, adapter_only  # an optimizer steps trainable parameters only
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_optimizer_state_dict,
@@ -108,7 +108,6 @@ def load_fsdp_optimizer(
     )
     from torch.distributed.checkpoint.state_dict_loader import load
 
-    refuse_adapter_only(adapter_only)
     raw = _raw(optimizer)
     folder = Path(input_dir)
     sharded = (

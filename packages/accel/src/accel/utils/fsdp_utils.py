@@ -38,7 +38,7 @@ from accel.utils.fsdp2_helpers import (
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
 )
-from accel.utils.fsdp_common import PathLike, refuse_adapter_only, resolve_plugin
+from accel.utils.fsdp_common import PathLike, adapter_weights_only, resolve_plugin
 from accel.utils.fsdp_optimizer import load_fsdp_optimizer, save_fsdp_optimizer
 
 
@@ -73,7 +73,8 @@ def save_fsdp_model(
         model: The prepared (sharded) model.
         output_dir: Folder to write into (created when missing).
         model_index: Number in the file or folder name, for several models.
-        adapter_only: Not supported (PEFT adapters).
+        adapter_only: For a PEFT model, write its adapter (trainable) weights only, as
+            Accelerate does; ignored for other models.
         use_dcp: ``True`` only: the sharded layout is a ``torch.distributed.checkpoint`` folder
             (``False``, Accelerate's per-rank files, raises ``UnsupportedFeatureError``).
 
@@ -81,20 +82,23 @@ def save_fsdp_model(
         The folder (sharded) or file (full) written.
 
     Raises:
-        UnsupportedFeatureError: ``adapter_only=True``.
+        UnsupportedFeatureError: ``use_dcp=False``.
     """
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
-    refuse_adapter_only(adapter_only)
     _refuse_per_rank_files(use_dcp)
+    adapters = adapter_weights_only(adapter_only, model)
     settings = resolve_plugin(fsdp_plugin, accelerator)
     output = Path(output_dir)
     if settings.state_dict_type == "SHARDED_STATE_DICT":
         target = output / f"{FSDP_MODEL_NAME}_{model_index}"
-        FSDPModelState(target.name, model, []).save(target)
+        FSDPModelState(target.name, model, [], trainable_only=adapters).save(target)
     else:
         target = output / _full_file(model_index)
-        state = accelerator.get_state_dict(model)
+        if adapters:
+            state = _trainable_full_state(accelerator, model)
+        else:
+            state = accelerator.get_state_dict(model)
         if accelerator.is_main_process:
             output.mkdir(parents=True, exist_ok=True)
             torch.save(state, target)
@@ -116,31 +120,51 @@ def load_fsdp_model(
     ``input_dir`` is the folder given to ``save_fsdp_model`` or, for the sharded layout, the
     ``pytorch_model_fsdp_<i>`` folder itself. A sharded folder loads on any number of processes.
 
+    With ``adapter_only=True`` and a PEFT model, only its adapter (trainable) weights are read
+    (what ``save_fsdp_model(..., adapter_only=True)`` wrote); ignored for other models.
+
     Raises:
         FileNotFoundError: Nothing saved under ``input_dir`` for ``model_index``.
-        UnsupportedFeatureError: ``adapter_only=True``.
+        UnsupportedFeatureError: ``use_dcp=False``.
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     from accel.strategies.fsdp_checkpoint import FSDPModelState
 
-    refuse_adapter_only(adapter_only)
     _refuse_per_rank_files(use_dcp)
+    adapters = adapter_weights_only(adapter_only, model)
     folder = Path(input_dir)
     sharded = (
         folder if (folder / ".metadata").is_file() else folder / f"{FSDP_MODEL_NAME}_{model_index}"
     )
     if (sharded / ".metadata").is_file():
-        FSDPModelState(sharded.name, model, []).load(sharded)
+        FSDPModelState(sharded.name, model, [], trainable_only=adapters).load(sharded)
     elif (folder / _full_file(model_index)).is_file():
         weights = torch.load(folder / _full_file(model_index), weights_only=True)
-        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+        options = StateDictOptions(full_state_dict=True, strict=not adapters)
+        set_model_state_dict(model, weights, options=options)
     else:
         raise FileNotFoundError(
             f"load_fsdp_model: no {sharded.name}/ folder and no {_full_file(model_index)} in "
             f"{os.fspath(input_dir)!r}; pass the output_dir given to save_fsdp_model."
         )
     accelerator.wait_for_everyone()
+
+
+def _trainable_full_state(accelerator: Any, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The gathered trainable parameters of a prepared model (complete on the main process)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from accel.strategies.fsdp_checkpoint import off_cpu
+
+    settle = getattr(getattr(accelerator, "strategy", None), "settle", None)
+    if settle is not None:
+        settle(model)  # read the shards, whatever the last forward left gathered
+    options = StateDictOptions(
+        full_state_dict=True, cpu_offload=off_cpu(model), ignore_frozen_params=True
+    )
+    state = get_model_state_dict(model, options=options)
+    return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 
 
 __all__ = [
@@ -154,18 +178,20 @@ __all__ = [
     "fsdp2_prepare_model",
     "fsdp2_switch_optimizer_parameters",
     "get_fsdp2_grad_scaler",
+    "get_parameters_from_modules",
     "load_fsdp_model",
     "load_fsdp_optimizer",
     "merge_fsdp_weights",
     "save_fsdp_model",
     "save_fsdp_optimizer",
+    "select_modules",
 ]
 
 
-def get_parameters_from_modules(
+def select_modules(
     modules: Iterable[torch.nn.Module] | str | None, model: torch.nn.Module, device: Any
-) -> set[torch.nn.Parameter]:
-    """The parameters of ``modules``: modules, or a regex matched in full against module names.
+) -> list[torch.nn.Module]:
+    """``modules`` as a list: modules as given, or a regex matched in full against module names.
 
     Modules a regex selects are moved to ``device`` (FSDP leaves ignored modules unsharded, so
     they must already sit where the model computes).
@@ -176,11 +202,30 @@ def get_parameters_from_modules(
         device: Where regex-selected modules go.
     """
     if modules is None:
-        return set()
+        return []
     if isinstance(modules, str):
         pattern = re.compile(modules)
         selected = [module for name, module in model.named_modules() if pattern.fullmatch(name)]
         for module in selected:
             module.to(device)
-        modules = selected
-    return {parameter for module in modules for parameter in module.parameters()}
+        return selected
+    return list(modules)
+
+
+def get_parameters_from_modules(
+    modules: Iterable[torch.nn.Module] | str | None, model: torch.nn.Module, device: Any
+) -> set[torch.nn.Parameter]:
+    """The parameters of ``modules``: modules, or a regex matched in full against module names.
+
+    Modules a regex selects are moved to ``device`` (see :func:`select_modules`).
+
+    Args:
+        modules: Modules, a regular expression over ``model.named_modules()`` names, or ``None``.
+        model: The model the names refer to.
+        device: Where regex-selected modules go.
+    """
+    return {
+        parameter
+        for module in select_modules(modules, model, device)
+        for parameter in module.parameters()
+    }
