@@ -6,6 +6,12 @@ the job logged (losses, grad norms, eval losses), the dtype the model computed i
 
     python trainer_job.py OUT [--bf16] [--grad-accum N] [--resume] [--fsdp-config FILE]
         [--fsdp full_shard] [--deepspeed FILE] [--auto-find-batch-size] [--epochs N]
+        [--fsdp-full-save] [--peft-lora]
+
+``--fsdp-full-save`` follows transformers' recipe for ``SHARDED_STATE_DICT`` training: switch the
+FSDP plugin to ``FULL_STATE_DICT`` before ``save_model`` (which otherwise writes no weights), and
+compare the reloaded weights with the gathered ones. ``--peft-lora`` trains LoRA adapters (PEFT)
+on the same model; the final save then holds the adapters.
 """
 
 from __future__ import annotations
@@ -88,6 +94,26 @@ def tiny_bert() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
+def lora_bert() -> torch.nn.Module:
+    """The tiny BERT with LoRA adapters on its attention projections (the classifier trains too)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(
+        task_type=TaskType.SEQ_CLS, r=4, lora_alpha=8, target_modules=["query", "value"]
+    )
+    return get_peft_model(tiny_bert(), config)
+
+
+def fsdp_checkpoint_keys(folder: Path) -> list[str]:
+    """The weight names in the first checkpoint's sharded FSDP model folder, else ``[]``."""
+    sharded = sorted(folder.glob("checkpoint-*/pytorch_model_fsdp_0"))
+    if not sharded or not (sharded[0] / ".metadata").is_file():
+        return []
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return sorted(FileSystemReader(str(sharded[0])).read_metadata().state_dict_metadata)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -100,6 +126,8 @@ def main() -> None:
     parser.add_argument("--deepspeed", default=None)
     parser.add_argument("--auto-find-batch-size", action="store_true")
     parser.add_argument("--best-model", action="store_true")
+    parser.add_argument("--fsdp-full-save", action="store_true")
+    parser.add_argument("--peft-lora", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
     fsdp_config = json.loads(Path(args.fsdp_config).read_text()) if args.fsdp_config else None
@@ -127,8 +155,9 @@ def main() -> None:
         disable_tqdm=True,
     )
     probe = DtypeProbe()
+    build = lora_bert if args.peft_lora else tiny_bert
     trainer = Trainer(
-        model=tiny_bert(),
+        model=build(),
         args=training_args,
         train_dataset=SyntheticPairs(SAMPLES, seed=1),
         eval_dataset=SyntheticPairs(32, seed=2),
@@ -141,7 +170,7 @@ def main() -> None:
             (out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
         )
         resumed = Trainer(
-            model=tiny_bert(),
+            model=build(),
             args=training_args,
             train_dataset=SyntheticPairs(SAMPLES, seed=1),
             eval_dataset=SyntheticPairs(32, seed=2),
@@ -150,12 +179,30 @@ def main() -> None:
         resumed_history = resumed.state.log_history
     else:
         resumed_history = []
+    gathered = None
+    if args.fsdp_full_save and trainer.is_fsdp_enabled:
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+        gathered = trainer.accelerator.get_state_dict(trainer.model)
     trainer.save_model(str(out / "final"))
     trainer.accelerator.wait_for_everyone()
-    reloaded = BertForSequenceClassification.from_pretrained(str(out / "final"))
+    if args.peft_lora:
+        from peft import PeftModel
+
+        reloaded = PeftModel.from_pretrained(tiny_bert(), str(out / "final"))
+    else:
+        reloaded = BertForSequenceClassification.from_pretrained(str(out / "final"))
     model = trainer.accelerator.unwrap_model(trainer.model)
     same = None
-    if not (args.fsdp or args.deepspeed):
+    saved_files = sorted(path.name for path in (out / "final").iterdir())
+    checkpoint_keys = fsdp_checkpoint_keys(out / "trainer")
+    if gathered is not None and trainer.accelerator.is_main_process:
+        # The weights save_model wrote are the trained ones, gathered from every shard.
+        reloaded_state = reloaded.state_dict()
+        same = sorted(gathered) == sorted(reloaded_state) and all(
+            torch.equal(value.detach().cpu().float(), reloaded_state[name].detach().float())
+            for name, value in gathered.items()
+        )
+    elif not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or args.deepspeed):
         same = all(
             torch.equal(a.detach().cpu().float(), b.detach().float())
             for a, b in zip(
@@ -168,10 +215,14 @@ def main() -> None:
             "resumed_history": resumed_history,
             "dtypes": probe.dtypes,
             "reloaded_equal": same,
+            "saved_files": saved_files,
+            "checkpoint_keys": checkpoint_keys,
             "num_processes": trainer.accelerator.num_processes,
             "mixed_precision": str(trainer.accelerator.mixed_precision),
             "distributed_type": str(trainer.accelerator.distributed_type),
             "is_fsdp_enabled": trainer.is_fsdp_enabled,
+            "fsdp_version": getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", None),
+            "model_class": type(trainer.model).__name__,
             "is_deepspeed_enabled": trainer.is_deepspeed_enabled,
             "train_batch_size": trainer._train_batch_size,
             "accelerate_version": __import__("accelerate").__version__,
