@@ -218,3 +218,16 @@ def test_set_state_dict_type_after_prepare_reaches_save_state(launched):
         switched = rank["switched"]
         assert switched["plugin_type"] == "FULL_STATE_DICT"
         assert any(name.endswith("model.safetensors") for name in switched["files"]), switched
+
+
+def test_a_job_launched_with_deepspeed_has_the_launchers_plugin_in_its_state(monkeypatch):
+    from accel.state import AcceleratorState
+    from accel.utils import DeepSpeedPlugin
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCEL_DEEPSPEED_CONFIG", '{"zero_stage": 2}')
+    state = AcceleratorState(cpu=True)
+    assert isinstance(state.deepspeed_plugin, DeepSpeedPlugin)
+    assert state.deepspeed_plugin.zero_stage == 2
+    assert state.fsdp_plugin is None
+    assert str(state.distributed_type) == "DistributedType.DEEPSPEED"
