@@ -8,6 +8,7 @@ session took (and its pytest counts) and writes the same to ``.nox/ci-times.json
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import functools
 import hashlib
@@ -16,7 +17,9 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -613,6 +616,65 @@ def demo(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )
+
+
+# ----------------------------------------------------------------------------- clusters
+# Where people scale past one machine: a real one-node SLURM cluster (scripts/slurm_cluster.py,
+# Debian's packages installed with apt-get when absent) and Ray Train. Their tests live in
+# tests-integration/clusters/ and skip, saying why, outside these sessions.
+CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
+slurm_cluster = load_script_module("slurm_cluster")
+
+
+def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
+    """Log how many jobs the cluster ran and how many times they were requeued."""
+    shown = subprocess.run(
+        ["scontrol", "show", "jobs", "--oneliner"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
+    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
+    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
+
+
+@nox.session(tags=["ci"])
+@timed
+def slurm(session: nox.Session) -> None:
+    """Real sbatch/srun jobs on a one-node SLURM cluster started for the session (2 CPUs).
+
+    Trains under ``srun python`` and ``srun accel launch``, preempts with ``scancel
+    --signal=TERM`` and checks the requeued job resumes to bit-equal weights. The daemons are
+    stopped by PID at the end whatever happens (and at exit, should nox itself be interrupted).
+    """
+    if platform.system() != "Linux":
+        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
+    if slurm_cluster.missing_commands():
+        try:
+            slurm_cluster.install_with_apt()
+        except slurm_cluster.ClusterError as error:
+            session.skip(f"slurm: {error}")
+    install_packages(session, "cpu", PACKAGES)
+    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
+    cluster = slurm_cluster.start(root)
+    atexit.register(slurm_cluster.stop, cluster)
+    try:
+        session.run(
+            "pytest",
+            str(CLUSTER_TESTS / "test_slurm.py"),
+            "-p",
+            "no:cacheprovider",
+            *junit_args(session),
+            *session.posargs,
+            env={**cpu_env(session), **cluster.env},
+        )
+    finally:
+        slurm_jobs_report(session, cluster.env)
+        slurm_cluster.stop(cluster)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.
