@@ -677,6 +677,74 @@ def slurm(session: nox.Session) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+RAY_REQUIREMENT = "ray[train]==2.60.0"
+# Ray alone on loopback: no sign-in, no usage report, no dashboard.
+RAY_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+}
+
+
+def loopback_namespace(session: nox.Session) -> str | None:
+    """Create a network namespace holding only ``lo`` (up); None where namespaces are refused."""
+    name = f"accel-ray-{os.getpid()}"
+    if shutil.which("ip") is None:
+        return None
+    created = subprocess.run(
+        ["ip", "netns", "add", name], capture_output=True, text=True, timeout=30, check=False
+    )
+    if created.returncode != 0:
+        session.log(f"ray: ip netns add {name} failed: {created.stderr.strip()}")
+        return None
+    subprocess.run(
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], timeout=30, check=True
+    )
+    return name
+
+
+def delete_namespace(name: str) -> None:
+    """Delete a namespace made by :func:`loopback_namespace` (nothing if already gone)."""
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30, check=False)
+
+
+@nox.session(tags=["ci"])
+@timed
+def ray(session: nox.Session) -> None:
+    """Ray Train's TorchTrainer (2 CPU workers) runs the everyday loop like accel launch does.
+
+    Ray runs inside a network namespace holding only ``lo``, deleted at the end.
+    """
+    if platform.system() != "Linux":
+        session.skip(f"ray: the network namespace needs Linux, not {platform.platform()}")
+    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
+    namespace = loopback_namespace(session)
+    if namespace is None:
+        session.skip("ray: network namespaces are unavailable here (ip netns add needs root)")
+    atexit.register(delete_namespace, namespace)
+    python = str(Path(session.virtualenv.bin) / "python")
+    try:
+        session.run(
+            "ip",
+            "netns",
+            "exec",
+            namespace,
+            "env",
+            *(f"{key}={value}" for key, value in {**cpu_env(session), **RAY_ENV}.items()),
+            python,
+            "-m",
+            "pytest",
+            str(CLUSTER_TESTS / "test_ray.py"),
+            "-p",
+            "no:cacheprovider",
+            *junit_args(session),
+            *session.posargs,
+            external=True,
+        )
+    finally:
+        delete_namespace(namespace)
+
+
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.
 @nox.session(python=False, tags=["ci"])
 def ci_times(session: nox.Session) -> None:
