@@ -8,6 +8,7 @@ session took (and its pytest counts) and writes the same to ``.nox/ci-times.json
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import functools
 import hashlib
@@ -16,7 +17,9 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -613,6 +616,133 @@ def demo(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )
+
+
+# ----------------------------------------------------------------------------- clusters
+# Where people scale past one machine: a real one-node SLURM cluster (scripts/slurm_cluster.py,
+# Debian's packages installed with apt-get when absent) and Ray Train. Their tests live in
+# tests-integration/clusters/ and skip, saying why, outside these sessions.
+CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
+slurm_cluster = load_script_module("slurm_cluster")
+
+
+def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
+    """Log how many jobs the cluster ran and how many times they were requeued."""
+    shown = subprocess.run(
+        ["scontrol", "show", "jobs", "--oneliner"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
+    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
+    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
+
+
+@nox.session(tags=["ci"])
+@timed
+def slurm(session: nox.Session) -> None:
+    """Real sbatch/srun jobs on a one-node SLURM cluster started for the session (2 CPUs).
+
+    Trains under ``srun python`` and ``srun accel launch``, preempts with ``scancel
+    --signal=TERM`` and checks the requeued job resumes to bit-equal weights. The daemons are
+    stopped by PID at the end whatever happens (and at exit, should nox itself be interrupted).
+    """
+    if platform.system() != "Linux":
+        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
+    if slurm_cluster.missing_commands():
+        try:
+            slurm_cluster.install_with_apt()
+        except slurm_cluster.ClusterError as error:
+            session.skip(f"slurm: {error}")
+    install_packages(session, "cpu", PACKAGES)
+    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
+    cluster = slurm_cluster.start(root)
+    atexit.register(slurm_cluster.stop, cluster)
+    try:
+        session.run(
+            "pytest",
+            str(CLUSTER_TESTS / "test_slurm.py"),
+            "-p",
+            "no:cacheprovider",
+            *junit_args(session),
+            *session.posargs,
+            env={**cpu_env(session), **cluster.env},
+        )
+    finally:
+        slurm_jobs_report(session, cluster.env)
+        slurm_cluster.stop(cluster)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+RAY_REQUIREMENT = "ray[train]==2.60.0"
+# Ray alone on loopback: no sign-in, no usage report, no dashboard.
+RAY_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+}
+
+
+def loopback_namespace(session: nox.Session) -> str | None:
+    """Create a network namespace holding only ``lo`` (up); None where namespaces are refused."""
+    name = f"accel-ray-{os.getpid()}"
+    if shutil.which("ip") is None:
+        return None
+    created = subprocess.run(
+        ["ip", "netns", "add", name], capture_output=True, text=True, timeout=30, check=False
+    )
+    if created.returncode != 0:
+        session.log(f"ray: ip netns add {name} failed: {created.stderr.strip()}")
+        return None
+    subprocess.run(
+        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], timeout=30, check=True
+    )
+    return name
+
+
+def delete_namespace(name: str) -> None:
+    """Delete a namespace made by :func:`loopback_namespace` (nothing if already gone)."""
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30, check=False)
+
+
+@nox.session(tags=["ci"])
+@timed
+def ray(session: nox.Session) -> None:
+    """Ray Train's TorchTrainer (2 CPU workers) runs the everyday loop like accel launch does.
+
+    Ray runs inside a network namespace holding only ``lo``, deleted at the end.
+    """
+    if platform.system() != "Linux":
+        session.skip(f"ray: the network namespace needs Linux, not {platform.platform()}")
+    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
+    namespace = loopback_namespace(session)
+    if namespace is None:
+        session.skip("ray: network namespaces are unavailable here (ip netns add needs root)")
+    atexit.register(delete_namespace, namespace)
+    python = str(Path(session.virtualenv.bin) / "python")
+    try:
+        session.run(
+            "ip",
+            "netns",
+            "exec",
+            namespace,
+            "env",
+            *(f"{key}={value}" for key, value in {**cpu_env(session), **RAY_ENV}.items()),
+            python,
+            "-m",
+            "pytest",
+            str(CLUSTER_TESTS / "test_ray.py"),
+            "-p",
+            "no:cacheprovider",
+            *junit_args(session),
+            *session.posargs,
+            external=True,
+        )
+    finally:
+        delete_namespace(namespace)
 
 
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.

@@ -142,6 +142,66 @@ def test_sigterm_to_the_launcher_saves_exits_75_and_a_relaunch_ends_bit_equal(
     assert bit_equal(weights(tmp_path), uninterrupted["ddp"])
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (read from /proc), as SLURM's process tracking finds them."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc (Linux)")
+def test_sigterm_to_every_process_of_the_job_as_slurm_sends_it_is_one_request(tmp_path, job_env):
+    """slurmstepd signals the launcher and the workers; the launcher's copy follows in ms."""
+    from accel_state.contract import REQUEUE_EXIT_CODE
+
+    job = subprocess.Popen(
+        [
+            *accel_command(),
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "2",
+            str(LONG_JOB),
+            "--step_delay",
+            "0.3",
+            "--project_dir",
+            str(tmp_path),
+        ],
+        env=job_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        first = tmp_path / "checkpoints" / "checkpoint_0"
+        while not first.exists() and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.exists(), "training never reached its first checkpoint"
+        for pid in [job.pid, *_descendants(job.pid)]:  # the launcher and both workers
+            os.kill(pid, signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == REQUEUE_EXIT_CODE, err[-3000:]
+    assert "stopped by SIGTERM" not in err, err[-3000:]
+    assert re.search(r"SIGTERM: saved after step (\d+)", out), out[-2000:] + err[-2000:]
+
+
 def _error_files(log_dir: Path) -> dict[int, dict]:
     found = {}
     for path in log_dir.rglob("error.json"):

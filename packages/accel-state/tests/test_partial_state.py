@@ -194,6 +194,62 @@ def test_restart_count_is_read_from_torch_elastic(monkeypatch):
     assert PartialState().restart_count == 3
 
 
+def test_restart_count_adds_slurm_requeues(monkeypatch):
+    # A job requeued by SLURM (after exiting 75) is a restart too; torch elastic's count adds.
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert PartialState().restart_count == 1
+    reset_state()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert PartialState().restart_count == 3
+
+
+# What `srun -n2 bash -c 'python train.py'` gives task 1 (SLURM 22.05).
+SRUN_BASH_TASK = {
+    "SLURM_JOB_NAME": "bash",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_NODEID": "0",
+    "SLURM_JOB_ID": "7",
+}
+
+
+def test_a_multi_task_srun_step_seen_as_one_process_is_an_error_naming_the_fix(monkeypatch):
+    for name, value in SRUN_BASH_TASK.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(EnvironmentConfigError) as raised:
+        PartialState(cpu=True)
+    message = str(raised.value)
+    for part in (
+        "SLURM_STEP_NUM_TASKS=2",
+        "SLURM_JOB_NAME='bash'",
+        "--job-name",
+        "srun --ntasks 1",
+    ):
+        assert part in message
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {
+            "SLURM_STEP_NUM_TASKS": "1",
+            "SLURM_NTASKS": "1",
+            "SLURM_PROCID": "0",
+        },  # srun -n1 --pty bash
+        {"SLURM_PROCID": None},  # salloc -n2 and python in its shell: not a task of a step
+    ],
+)
+def test_a_one_task_step_or_an_allocation_shell_stays_a_plain_process(monkeypatch, change):
+    for name, value in {**SRUN_BASH_TASK, **change}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert PartialState(cpu=True).num_processes == 1
+
+
 @pytest.mark.parametrize(
     ("source", "settings", "expected"),
     [

@@ -77,3 +77,44 @@ def test_package_declares_torch_as_its_only_dependency():
     requirements = importlib.metadata.requires("accel-state") or []
     runtime = [r for r in requirements if "extra ==" not in r]
     assert [r.split(">")[0].split("=")[0].strip() for r in runtime] == ["torch"]
+
+
+def test_kubeflow_pytorchjob_v1_variables_with_plain_python_form_one_job(tmp_path):
+    """A v1 PyTorchJob runs ``python train.py`` per pod with four variables and no launcher."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from accel_state.testing import find_free_port
+    from accel_state.testing.environ import without_launcher_variables
+
+    base = without_launcher_variables(os.environ)
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(find_free_port()), WORLD_SIZE="2")
+    base["OMP_NUM_THREADS"] = "1"
+    script = str(Path(__file__).with_name("pytorchjob_worker.py"))
+    pods = [
+        subprocess.Popen(
+            [sys.executable, script, str(tmp_path)],
+            env={**base, "RANK": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        outputs = [pod.communicate(timeout=120) for pod in pods]
+    finally:
+        for pod in pods:
+            if pod.poll() is None:
+                os.killpg(pod.pid, signal.SIGKILL)
+    for pod, (_, err) in zip(pods, outputs, strict=True):
+        assert pod.returncode == 0, err
+    for rank in range(2):
+        record = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert record["num_processes"] == 2 and record["process_index"] == rank
+        assert record["distributed_type"] == "MULTI_CPU" and record["rank_sum"] == 1.0

@@ -6,7 +6,7 @@ import signal
 import torch
 import workers
 
-from accel import Accelerator
+from accel import Accelerator, fault_tolerance
 from accel.utils import ProjectConfiguration
 from accel_state.testing import spawn_workers
 
@@ -16,7 +16,12 @@ def test_restart_count_comes_from_torch_elastic(monkeypatch):
     assert Accelerator().restart_count == 2
 
 
-def test_should_stop_turns_true_after_sigterm_and_a_second_sigterm_goes_to_the_old_handler():
+def test_restart_count_adds_slurm_requeues(monkeypatch):
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert Accelerator().restart_count == 1
+
+
+def test_should_stop_turns_true_after_sigterm_and_a_later_sigterm_goes_to_the_old_handler():
     seen: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
     try:
@@ -26,7 +31,13 @@ def test_should_stop_turns_true_after_sigterm_and_a_second_sigterm_goes_to_the_o
         assert accelerator.should_stop is True
         assert accelerator.should_stop is True  # stays true: the loop is being left
         assert seen == []
-        os.kill(os.getpid(), signal.SIGTERM)  # a second one: what was there before
+        # The launcher's forwarded copy of the scheduler's SIGTERM, milliseconds later: the
+        # same request, not "stop at once".
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert seen == []
+        # A second request a clear interval later: what was there before.
+        accelerator.fault_tolerance._first_sigterm_at -= fault_tolerance.REPEATED_SIGTERM_SECONDS
+        os.kill(os.getpid(), signal.SIGTERM)
         assert seen == [signal.SIGTERM]
     finally:
         accelerator.fault_tolerance.uninstall()

@@ -30,6 +30,7 @@ from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.overlay import flags_to_config
+from accel_launch.torchrun_env import torchrun_env_config
 from accel_state.contract import AS_ACCELERATE, LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
@@ -477,13 +478,16 @@ def build_plan(
     flags = flags_to_config(args)
     _check_target(args)
     have_file = file_config is not None
-    config = _apply_hostfile((file_config or AccelConfig()).merged_with(flags))
+    # torchrun's PET_* variables (Kubeflow) go over the config file; flags go over both.
+    pet_config, pet_notes = torchrun_env_config(env)
+    config = (file_config or AccelConfig()).merged_with(pet_config).merged_with(flags)
+    config = _apply_hostfile(config)
     if config.compute_environment == ComputeEnvironment.AMAZON_SAGEMAKER.value:
         raise LaunchArgumentError(
             "compute_environment AMAZON_SAGEMAKER is not supported by accel; use LOCAL_MACHINE."
         )
     kind = _distributed_type(config)
-    notes = _ignored_section_notes(config, kind)
+    notes = [*pet_notes, *_ignored_section_notes(config, kind)]
     use_cpu = bool(config.use_cpu) or kind is DistributedType.MULTI_CPU
     num_machines = config.num_machines or 1
     machine_rank = config.machine_rank or 0

@@ -59,7 +59,8 @@ Every worker also gets Accelerate's own variables for the same settings, with th
 transformers read those. Set by hand without accel's own, they are read too.
 
 Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
-restarted the worker group (``restart_count``).
+restarted the worker group; and by SLURM: ``SLURM_RESTART_COUNT``, how many times the job was
+requeued (after exiting with :data:`REQUEUE_EXIT_CODE`, say). ``restart_count`` is their sum.
 
 What flows back from workers to the launcher is written down here too: a worker that fails writes
 torch elastic's error file (``TORCHELASTIC_ERROR_FILE``); under ``extraInfo`` it may add
@@ -135,6 +136,8 @@ FP8_BACKEND = "ACCEL_FP8_BACKEND"
 FP8_CONFIG = "ACCEL_FP8_CONFIG"
 #: Written by torch elastic: restarts of the worker group so far.
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+#: Written by SLURM: how many times the job was requeued (added to ``restart_count``).
+SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT"
 #: Key under ``extraInfo`` of torch elastic's error file: where the failed worker's collectives were.
 COLLECTIVES_KEY = "accel_collectives"
 #: Exit status of a job stopped by SIGTERM (preemption): ``EX_TEMPFAIL`` of ``sysexits.h``, "try
@@ -398,7 +401,8 @@ class LaunchContract:
             parallelism_config=read_parallelism_settings(env),
             fp8_backend=_read_fp8_backend(env),
             fp8_config=_read_json_object(env, FP8_CONFIG) or _accelerate_fp8_config(env),
-            restart_count=read_int(env, RESTART_COUNT, default=0, minimum=0),
+            restart_count=read_int(env, RESTART_COUNT, default=0, minimum=0)
+            + read_int(env, SLURM_RESTART_COUNT, default=0, minimum=0),
             torch_device=torch_device or None,
         )
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from accel_state.cluster import ProcessLayout, resolve_cluster_environment
+from accel_state.cluster.slurm import check_task_count as check_slurm_task_count
 from accel_state.contract import LaunchContract
 from accel_state.device import select_backend, select_device, use_named_device
 from accel_state.device_mesh import activate, active_parallel_mesh
@@ -98,6 +99,7 @@ class PartialState:
         timeouts = resolve_timeout(timeout, contract.process_group_timeout)
         if dist.is_available() and dist.is_initialized():
             layout = _layout_from_existing_group(layout)
+        check_slurm_task_count(env, layout)
         if _needs_process_group(layout, contract):
             owns_group = start_process_group(layout, chosen_backend, timeouts.startup, device)
         self._shared_state.update(
@@ -241,7 +243,7 @@ class PartialState:
 
     @property
     def restart_count(self) -> int:
-        """How many times torch elastic restarted the worker group before this process started."""
+        """Restarts before this process started: torch elastic's plus SLURM's requeues."""
         return self.contract.restart_count
 
     @property

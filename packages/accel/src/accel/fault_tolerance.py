@@ -8,7 +8,10 @@
   :meth:`FaultTolerance.should_stop` installs a SIGTERM handler that only raises a flag; each
   later read agrees on it across processes with one small all-reduce, so every process sees
   True at the same step, saves and leaves its loop, and the launcher exits with
-  :data:`accel_state.contract.REQUEUE_EXIT_CODE`. A second SIGTERM stops the process at once.
+  :data:`accel_state.contract.REQUEUE_EXIT_CODE`. A second SIGTERM stops the process at once,
+  but only one that comes :data:`REPEATED_SIGTERM_SECONDS` or more after the first: under
+  ``srun accel launch`` slurmstepd signals every process of the step (the workers too) and the
+  launcher forwards its own copy milliseconds later; both are one request.
 * **Timeouts.** Unless the user set one, the process group starts with a long timeout (the
   first step may compile); after the first training step every process lowers it to the
   collective timeout (:meth:`accel_state.PartialState.lower_timeouts`), as torchtitan does.
@@ -21,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -36,6 +40,15 @@ logger = logging.getLogger(__name__)
 # Collective records name the user's line: frames of this package are skipped.
 register_internal_package(os.path.dirname(os.path.abspath(__file__)))
 
+#: A SIGTERM that comes less than this many seconds after the first is the same request. SLURM
+#: (``scancel --signal=TERM``, ``--signal=TERM@N``) signals every process of a step, the workers
+#: included, and ``accel launch``, which got it too, forwards its own copy to each worker about
+#: 3 ms later (more on a loaded machine); a Kubernetes pod's processes can likewise get the
+#: kubelet's signal and the launcher's. Taking the copy as "stop at once" would lose the save
+#: that the first one asked for. A person or scheduler that really insists (a second
+#: ``scancel``, SLURM's time-limit SIGTERM after ``--signal=TERM@N``) does so seconds later.
+REPEATED_SIGTERM_SECONDS = 2.0
+
 
 class FaultTolerance:
     """Restart count, preemption flag and timeout lowering of one Accelerator.
@@ -49,6 +62,7 @@ class FaultTolerance:
         self.stop_requested = False  # this process got SIGTERM
         self.stopping = False  # every process agreed to stop
         self._installed = False
+        self._first_sigterm_at = 0.0  # time.monotonic() of the first SIGTERM
         self._previous: Any = None
         self._backward_calls = 0
 
@@ -87,12 +101,26 @@ class FaultTolerance:
         self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        """First SIGTERM: raise the flag. A second one: what would have happened without us."""
+        """First SIGTERM: raise the flag. A later one: what would have happened without us.
+
+        A copy arriving within :data:`REPEATED_SIGTERM_SECONDS` of the first (the launcher
+        forwarding the scheduler's signal that reached this worker directly) is ignored.
+        """
+        now = time.monotonic()
         if not self.stop_requested:
             self.stop_requested = True
+            self._first_sigterm_at = now
             logger.warning(
                 "Process %d got SIGTERM: stopping after this step (save, then leave the loop).",
                 self.state.process_index,
+            )
+            return
+        if now - self._first_sigterm_at < REPEATED_SIGTERM_SECONDS:
+            logger.info(
+                "Process %d got SIGTERM again %.3f s after the first: the same request (the "
+                "scheduler signals every process and the launcher forwards its copy).",
+                self.state.process_index,
+                now - self._first_sigterm_at,
             )
             return
         previous = self._previous

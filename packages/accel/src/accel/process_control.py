@@ -80,7 +80,10 @@ class ProcessControlMixin(JobFactsMixin):
 
     @property
     def restart_count(self) -> int:
-        """How many times ``accel launch --max_restarts`` (torch elastic) restarted the workers."""
+        """Restarts so far: by ``accel launch --max_restarts`` (torch elastic) and SLURM requeues.
+
+        The sum of ``TORCHELASTIC_RESTART_COUNT`` and ``SLURM_RESTART_COUNT``: 0 on a first run.
+        """
         return self.fault_tolerance.restart_count
 
     @property

@@ -124,3 +124,36 @@ class SlurmEnvironment(ClusterEnvironment):
             master_port=master_port,
             source=cls.name,
         )
+
+
+def check_task_count(environ: Mapping[str, str], layout: ProcessLayout) -> None:
+    """Refuse a one-process world inside an ``srun`` step of several tasks.
+
+    ``srun -n2 bash -c 'python train.py'`` names the job ``bash``, which reads as an interactive
+    session: each task would then train alone, as two unrelated copies, with no word said.
+
+    Raises:
+        EnvironmentConfigError: ``SLURM_PROCID`` is set, the step has more than one task, and the
+            world accel resolved has one process.
+    """
+    if layout.world_size != 1 or "SLURM_PROCID" not in environ:
+        return
+    name = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
+    text = environ.get(name, "").strip()
+    if not text.isdigit() or int(text) <= 1:
+        return
+    job_name = environ.get("SLURM_JOB_NAME", "")
+    why = (
+        f"SLURM_JOB_NAME={job_name!r} marks an interactive session, which accel does not take "
+        "as a launch"
+        if job_name in _INTERACTIVE_JOB_NAMES
+        else f"the process was resolved by the {layout.source} environment"
+    )
+    raise EnvironmentConfigError(
+        f"SLURM started {text} tasks ({name}={text}, this is SLURM_PROCID="
+        f"{environ['SLURM_PROCID']}) but accel sees a 1-process world: {why}. Each task would "
+        "train alone. To train them as one job, give the job another name (sbatch --job-name "
+        "train, or srun --job-name train) or start one task per machine running accel launch "
+        "(srun --ntasks-per-node 1 accel launch --num_processes N ...). To run this task alone, "
+        f"run it in a one-task step (srun --ntasks 1) or unset {name}."
+    )
