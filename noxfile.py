@@ -85,6 +85,8 @@ nox.options.sessions = [
     "integration",
     "peer",
     "ecosystem",
+    "slurm",
+    "ray",
     "ci_times",
 ]
 
@@ -301,9 +303,12 @@ def integration(session: nox.Session) -> None:
     session.run(
         "pytest",
         str(ROOT / "tests-integration"),
-        # The ecosystem session runs these, with transformers, PEFT and TRL installed.
+        # Sessions of their own run these: ecosystem (transformers, PEFT, TRL installed), slurm
+        # and ray (a real cluster).
         "--ignore",
         str(ROOT / "tests-integration" / "ecosystem"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "clusters"),
         "-p",
         "no:cacheprovider",
         *junit_args(session),

@@ -16,8 +16,6 @@ Example:
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,13 @@ from accel.utils.fsdp2_helpers import (
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
 )
-from accel.utils.fsdp_common import PathLike, adapter_weights_only, resolve_plugin
+from accel.utils.fsdp_common import (
+    PathLike,
+    adapter_weights_only,
+    get_parameters_from_modules,
+    resolve_plugin,
+    select_modules,
+)
 from accel.utils.fsdp_optimizer import load_fsdp_optimizer, save_fsdp_optimizer
 
 
@@ -186,46 +190,3 @@ __all__ = [
     "save_fsdp_optimizer",
     "select_modules",
 ]
-
-
-def select_modules(
-    modules: Iterable[torch.nn.Module] | str | None, model: torch.nn.Module, device: Any
-) -> list[torch.nn.Module]:
-    """``modules`` as a list: modules as given, or a regex matched in full against module names.
-
-    Modules a regex selects are moved to ``device`` (FSDP leaves ignored modules unsharded, so
-    they must already sit where the model computes).
-
-    Args:
-        modules: Modules, a regular expression over ``model.named_modules()`` names, or ``None``.
-        model: The model the names refer to.
-        device: Where regex-selected modules go.
-    """
-    if modules is None:
-        return []
-    if isinstance(modules, str):
-        pattern = re.compile(modules)
-        selected = [module for name, module in model.named_modules() if pattern.fullmatch(name)]
-        for module in selected:
-            module.to(device)
-        return selected
-    return list(modules)
-
-
-def get_parameters_from_modules(
-    modules: Iterable[torch.nn.Module] | str | None, model: torch.nn.Module, device: Any
-) -> set[torch.nn.Parameter]:
-    """The parameters of ``modules``: modules, or a regex matched in full against module names.
-
-    Modules a regex selects are moved to ``device`` (see :func:`select_modules`).
-
-    Args:
-        modules: Modules, a regular expression over ``model.named_modules()`` names, or ``None``.
-        model: The model the names refer to.
-        device: Where regex-selected modules go.
-    """
-    return {
-        parameter
-        for module in select_modules(modules, model, device)
-        for parameter in module.parameters()
-    }
