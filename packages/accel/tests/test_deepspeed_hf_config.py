@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,10 @@ def test_fields_left_unset_mirror_a_readable_config(tmp_path: Path) -> None:
     with pytest.raises(AcceleratorConfigError, match="gradient_clipping"):
         resolve_config(DeepSpeedPlugin(hf_ds_config=ZERO3_OFFLOAD, gradient_clipping=1.0), KNOWN)
     # "auto" leaves the field unset; a path that cannot be read is kept and reported later.
-    assert DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": "auto"}}).zero_stage is None
+    for stage in ("auto", "three"):
+        assert (
+            DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": stage}}).zero_stage is None
+        )
     missing = DeepSpeedPlugin(hf_ds_config=str(tmp_path / "later.json"))
     assert missing.hf_ds_config == str(tmp_path / "later.json") and missing.zero_stage is None
     with pytest.raises(AcceleratorConfigError, match="no such file"):
@@ -232,3 +236,11 @@ def test_unset_fields_take_the_launchers_deepspeed_settings(
     assert DeepSpeedPlugin(zero_stage=1).zero_stage == 1  # what the user sets wins
     filed = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 2}})
     assert filed.zero_stage == 2 and filed.zero3_init_flag is None  # a config: launcher unused
+
+
+def test_set_deepspeed_weakref_without_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("transformers", "transformers.integrations"):
+        monkeypatch.setitem(sys.modules, name, None)  # what Python does for a missing module
+    plugin = DeepSpeedPlugin(zero_stage=3)
+    plugin.set_deepspeed_weakref()
+    assert type(plugin.dschf) is HfDeepSpeedConfig and plugin.dschf.is_zero3()

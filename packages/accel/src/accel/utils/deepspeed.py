@@ -242,12 +242,14 @@ class DeepSpeedPlugin:
         source = self.hf_ds_config
         for name, key in FIELD_KEYS.items():
             value = source.get_value(key)
-            if getattr(self, name) is None and value is not None and value != "auto":
-                value = (
-                    int(value) if name in ("zero_stage", "gradient_accumulation_steps") else value
-                )
-                setattr(self, name, value)
-                self._derived[name] = value
+            if getattr(self, name) is not None or value is None or value == "auto":
+                continue
+            if name in ("zero_stage", "gradient_accumulation_steps"):
+                if not str(value).strip().isdigit():
+                    continue  # not a count: DeepSpeed reports it when the engine is built
+                value = int(value)
+            setattr(self, name, value)
+            self._derived[name] = value
 
     def own_value(self, name: str) -> Any:
         """The field ``name`` as the user (or the launcher) set it; ``None`` if it mirrors the config."""
