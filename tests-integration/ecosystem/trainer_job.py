@@ -209,8 +209,22 @@ def main() -> None:
                 model.state_dict().values(), reloaded.state_dict().values(), strict=True
             )
         )
+    deepspeed_facts = None
+    if trainer.is_deepspeed_enabled:
+        from transformers.integrations import is_deepspeed_zero3_enabled
+
+        engine = trainer.model_wrapped
+        deepspeed_facts = {
+            "plugin_zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage,
+            "zero3_enabled": is_deepspeed_zero3_enabled(),
+            "engine_class": type(engine).__name__,
+            "engine_zero_stage": engine.zero_optimization_stage(),
+            "engine_gradient_clipping": engine.gradient_clipping(),
+            "engine_micro_batch": engine.train_micro_batch_size_per_gpu(),
+        }
     if trainer.accelerator.is_main_process:
         result = {
+            "deepspeed": deepspeed_facts,
             "history": trainer.state.log_history,
             "resumed_history": resumed_history,
             "dtypes": probe.dtypes,

@@ -63,9 +63,16 @@ def test_config_edits_before_prepare_reach_the_plugin_config() -> None:
     plugin = DeepSpeedPlugin(hf_ds_config={"train_micro_batch_size_per_gpu": "auto"})
     plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 8
     assert plugin.config_file == {"train_micro_batch_size_per_gpu": 8}
-    # A plugin of fields only has a dict too (Accelerate's scripts write into it).
+    # A plugin of fields only has a dict too, built from its fields with "auto" batch sizes as
+    # in Accelerate (transformers fills those; Accelerate's scripts write into it).
     fields = DeepSpeedPlugin(zero_stage=3)
-    assert fields.config_file is None and fields.deepspeed_config == {}
+    assert fields.deepspeed_config == {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "zero_optimization": {"stage": 3},
+    }
+    assert fields.hf_ds_config.config is fields.deepspeed_config
     fields.deepspeed_config["train_micro_batch_size_per_gpu"] = 2
     resolved = resolve_config(fields, KnownValues(None, 1, "no", 2))
     assert resolved["train_micro_batch_size_per_gpu"] == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ class DeepSpeedStrategy(ModelStrategy):
         self.engine_wrapped: DeepSpeedEngineWrapper | None = None
         # Inference engines built under another selected plugin (see accel.deepspeed_plugins).
         self.inference_engines: list[Any] = []
+        self._warned_no_clipping = False
 
     @property
     def engine(self) -> Any:
@@ -305,13 +307,26 @@ class DeepSpeedStrategy(ModelStrategy):
         """The engine clips at its configured ``gradient_clipping``; returns the last global norm.
 
         ``parameters`` and ``norm_type`` are the engine's: it clips every parameter by the 2-norm.
+        An engine configured without clipping does not clip: as in Accelerate, the norm is
+        returned (with a warning, once) — transformers' ``Trainer`` asks for its
+        ``max_grad_norm`` under ``accel launch --use_deepspeed`` without ``--gradient_clipping``.
 
         Raises:
-            AcceleratorConfigError: ``max_norm`` differs from the engine's clipping value.
+            AcceleratorConfigError: The engine clips, at another value than ``max_norm``.
         """
         wrapped = self._require_wrapper()
         configured = float(wrapped.engine.gradient_clipping() or 0.0)
-        if configured != float(max_norm):
+        if configured == 0.0 and max_norm != float("inf"):
+            if not self._warned_no_clipping:
+                self._warned_no_clipping = True
+                warnings.warn(
+                    f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: the engine is configured "
+                    "without gradient_clipping, so gradients are not clipped (as in Accelerate); set "
+                    "gradient_clipping in the DeepSpeed config (or DeepSpeedPlugin(gradient_clipping="
+                    "...), --gradient_clipping) to clip.",
+                    stacklevel=3,
+                )
+        elif configured != float(max_norm) and max_norm != float("inf"):
             raise AcceleratorConfigError(
                 f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: the engine clips inside its "
                 f"step at gradient_clipping={configured}; set DeepSpeedPlugin(gradient_clipping="

@@ -53,8 +53,9 @@ class KnownValues:
 
 def zero_stage_of(plugin: DeepSpeedPlugin) -> int:
     """The ZeRO stage the plugin asks for (plugin field, else config file, else 2)."""
-    if plugin.zero_stage is not None:
-        return plugin.zero_stage
+    own = plugin.own_value("zero_stage")
+    if own is not None:
+        return int(own)
     stage = (plugin.config_file or {}).get("zero_optimization", {}).get("stage", AUTO)
     return DEFAULT_ZERO_STAGE if stage == AUTO else int(stage)
 
@@ -88,10 +89,9 @@ def plugin_accumulation_steps(plugin: DeepSpeedPlugin) -> int | None:
 
 def _plugin_accumulation(plugin: DeepSpeedPlugin) -> list[tuple[str, int]]:
     candidates: list[tuple[str, int]] = []
-    if plugin.gradient_accumulation_steps is not None:
-        candidates.append(
-            ("DeepSpeedPlugin.gradient_accumulation_steps", plugin.gradient_accumulation_steps)
-        )
+    own = plugin.own_value("gradient_accumulation_steps")
+    if own is not None:
+        candidates.append(("DeepSpeedPlugin.gradient_accumulation_steps", own))
     in_file = (plugin.config_file or {}).get("gradient_accumulation_steps", AUTO)
     if in_file != AUTO:
         candidates.append(("the DeepSpeed config file's gradient_accumulation_steps", int(in_file)))
@@ -153,25 +153,26 @@ def _is_number(value: Any) -> bool:
 
 
 def _plugin_values(plugin: DeepSpeedPlugin) -> list[tuple[str, Any, str]]:
-    stage = plugin.zero_stage
+    """``(config key, value, field)`` of the fields the user set (not those mirroring the config)."""
+    stage = plugin.own_value("zero_stage")
     if stage is None and plugin.hf_ds_config is None:
         stage = DEFAULT_ZERO_STAGE
     values: list[tuple[str, Any, str]] = [
         ("zero_optimization.stage", stage, "zero_stage"),
-        ("gradient_clipping", plugin.gradient_clipping, "gradient_clipping"),
+        ("gradient_clipping", plugin.own_value("gradient_clipping"), "gradient_clipping"),
         (
             "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-            plugin.zero3_save_16bit_model,
+            plugin.own_value("zero3_save_16bit_model"),
             "zero3_save_16bit_model",
         ),
     ]
     for kind in ("optimizer", "param"):
-        device = getattr(plugin, f"offload_{kind}_device")
+        device = plugin.own_value(f"offload_{kind}_device")
         if device is not None and device != "none":
             values.append(
                 (f"zero_optimization.offload_{kind}.device", device, f"offload_{kind}_device")
             )
-            path = getattr(plugin, f"offload_{kind}_nvme_path")
+            path = plugin.own_value(f"offload_{kind}_nvme_path")
             if device == "nvme" and path:
                 values.append(
                     (

@@ -7,6 +7,7 @@ holds what a user passes in, so ``import accel`` never imports deepspeed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import importlib
 import importlib.util
@@ -21,6 +22,19 @@ from accel.scheduler import AcceleratedScheduler
 from accel.utils.hf_deepspeed_config import HfDeepSpeedConfig
 
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+#: Plugin fields and the config keys they stand for (Accelerate's mapping).
+FIELD_KEYS = {
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "gradient_clipping": "gradient_clipping",
+    "zero_stage": "zero_optimization.stage",
+    "offload_optimizer_device": "zero_optimization.offload_optimizer.device",
+    "offload_param_device": "zero_optimization.offload_param.device",
+    "offload_optimizer_nvme_path": "zero_optimization.offload_optimizer.nvme_path",
+    "offload_param_nvme_path": "zero_optimization.offload_param.nvme_path",
+    "zero3_save_16bit_model": "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+}
+_MIXED_PRECISIONS = ("no", "fp16", "bf16")
+_DEFAULT_ZERO_STAGE = 2
 
 
 def import_deepspeed() -> Any:
@@ -93,8 +107,16 @@ def load_config_file(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict
 class DeepSpeedPlugin:
     """DeepSpeed settings, with Accelerate's field names. ``None`` means "not set here".
 
+    As in Accelerate, the plugin holds a config dict (:attr:`deepspeed_config`, also
+    ``hf_ds_config.config``): the user's file or dict, or for a plugin of fields only one built
+    from the fields (batch sizes ``"auto"``). Fields left ``None`` take the launcher's settings
+    (``accel launch --use_deepspeed --zero_stage 3``...) when no config is given, and the values
+    a readable config sets (``plugin.zero_stage`` is the file's stage).
+
     Args:
-        hf_ds_config: A DeepSpeed config (path of a JSON file, or a dict); may hold ``"auto"``.
+        hf_ds_config: A DeepSpeed config: path of a JSON file, a dict, or an
+            :class:`HfDeepSpeedConfig` (its live ``config`` is used); may hold ``"auto"``.
+            A path that cannot be read is kept and reported at ``prepare``.
         gradient_accumulation_steps: Micro-steps per optimizer step.
         gradient_clipping: Gradient-norm clipping value the engine applies.
         zero_stage: ZeRO stage, 0 to 3 (default 2 when neither this nor a config file says).
@@ -133,6 +155,28 @@ class DeepSpeedPlugin:
     msamp_opt_level: str | None = None
 
     def __post_init__(self) -> None:
+        if self.hf_ds_config is None:
+            self._take_launcher_settings()
+        self._check_fields()
+        self._resolved: dict[str, Any] | None = None
+        self._config: dict[str, Any] | None = None
+        self._config_owner: Any = None
+        self._selected = False
+        #: Fields filled from the config (not set by the user): the config stays their source.
+        self._derived: dict[str, Any] = {}
+        #: transformers' ``HfDeepSpeedConfig`` kept alive by :meth:`set_deepspeed_weakref`.
+        self.dschf: Any = None
+        if self.hf_ds_config is None:
+            self.hf_ds_config = HfDeepSpeedConfig(self._config_of_fields())
+            return
+        if not isinstance(self.hf_ds_config, HfDeepSpeedConfig):
+            try:
+                self.hf_ds_config = HfDeepSpeedConfig(load_config_file(self.hf_ds_config))
+            except AcceleratorConfigError:
+                return  # kept as given; config_file reports it when the config is needed
+        self._take_config_values()
+
+    def _check_fields(self) -> None:
         if self.enable_msamp:
             raise UnsupportedFeatureError(
                 "DeepSpeedPlugin(enable_msamp=True): MS-AMP is not supported by accel (Accelerate "
@@ -157,9 +201,62 @@ class DeepSpeedPlugin:
             raise AcceleratorConfigError(
                 f"DeepSpeedPlugin(gradient_accumulation_steps={steps!r}): must be an integer >= 1."
             )
-        self._resolved: dict[str, Any] | None = None
-        self._config: dict[str, Any] | None = None
-        self._selected = False
+
+    def _take_launcher_settings(self) -> None:
+        """Fields left ``None`` take what ``accel launch --use_deepspeed ...`` set (Accelerate's env)."""
+        from accel_state.contract import LaunchContract
+        from accel_state.errors import EnvironmentConfigError
+
+        try:
+            contract = LaunchContract.from_env()
+        except EnvironmentConfigError:
+            return  # PartialState reports a broken launch environment
+        if not contract.use_deepspeed:
+            return
+        for name, value in self._launch_kwargs(contract.deepspeed_config).items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+
+    def _config_of_fields(self) -> dict[str, Any]:
+        """The config of a plugin without one: its fields, batch sizes ``"auto"`` (Accelerate's)."""
+        config: dict[str, Any] = {
+            "train_batch_size": "auto",
+            "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": (
+                "auto"
+                if self.gradient_accumulation_steps is None
+                else self.gradient_accumulation_steps
+            ),
+            "zero_optimization": {
+                "stage": _DEFAULT_ZERO_STAGE if self.zero_stage is None else self.zero_stage
+            },
+        }
+        for name, key in FIELD_KEYS.items():
+            value = getattr(self, name)
+            if value is not None and name not in ("gradient_accumulation_steps", "zero_stage"):
+                _set_key(config, key, value)
+        return config
+
+    def _take_config_values(self) -> None:
+        """Fields left ``None`` show what the config sets (not ``"auto"``), as in Accelerate."""
+        source = self.hf_ds_config
+        for name, key in FIELD_KEYS.items():
+            value = source.get_value(key)
+            if getattr(self, name) is not None or value is None or value == "auto":
+                continue
+            if name in ("zero_stage", "gradient_accumulation_steps"):
+                if not str(value).strip().isdigit():
+                    continue  # not a count: DeepSpeed reports it when the engine is built
+                value = int(value)
+            setattr(self, name, value)
+            self._derived[name] = value
+
+    def own_value(self, name: str) -> Any:
+        """The field ``name`` as the user (or the launcher) set it; ``None`` if it mirrors the config."""
+        value = getattr(self, name)
+        if name in self._derived and self._derived[name] == value:
+            return None
+        return value
 
     @property
     def selected(self) -> bool:
@@ -182,10 +279,10 @@ class DeepSpeedPlugin:
     def _unselect(self) -> None:
         self._selected = False
 
-    @classmethod
-    def from_launch_config(cls, settings: Mapping[str, Any]) -> DeepSpeedPlugin:
-        """The plugin described by the launcher's ``deepspeed_config`` (``--zero_stage``...)."""
-        fields = {field.name for field in dataclasses.fields(cls)}
+    @staticmethod
+    def _launch_kwargs(settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Plugin keyword arguments from the launcher's ``deepspeed_config`` settings."""
+        fields = {field.name for field in dataclasses.fields(DeepSpeedPlugin)}
         # Accumulation steps reach the Accelerator through the launch contract itself.
         fields.discard("gradient_accumulation_steps")
         kwargs = {key: value for key, value in settings.items() if key in fields}
@@ -196,32 +293,143 @@ class DeepSpeedPlugin:
             kwargs["transformer_moe_cls_names"] = (
                 names if isinstance(names, str) else ",".join(names)
             )
-        return cls(**kwargs)
+        return kwargs
+
+    @classmethod
+    def from_launch_config(cls, settings: Mapping[str, Any]) -> DeepSpeedPlugin:
+        """The plugin described by the launcher's ``deepspeed_config`` (``--zero_stage``...)."""
+        return cls(**cls._launch_kwargs(settings))
 
     @property
     def config_file(self) -> dict[str, Any] | None:
-        """The user's config (parsed once, ``"auto"`` values still in), or ``None``.
+        """The plugin's config (parsed once, ``"auto"`` values still in), or ``None``.
 
-        Changes made to the returned dict before ``prepare`` reach the engine.
+        It is the live dict of ``hf_ds_config`` (or the one assigned to ``deepspeed_config``):
+        changes made to it before ``prepare`` reach the engine.
+
+        Raises:
+            AcceleratorConfigError: ``hf_ds_config`` is a path that cannot be read as JSON.
         """
-        if self.hf_ds_config is None:
+        source = self.hf_ds_config
+        if source is None:
             return self._config  # entries written into deepspeed_config before prepare, if any
-        if self._config is None:
-            self._config = load_config_file(self.hf_ds_config)
+        if self._config is None or self._config_owner is not source:
+            self._config = load_config_file(source)
+            self._config_owner = source
         return self._config
 
     @property
     def deepspeed_config(self) -> dict[str, Any]:
-        """The resolved config the engine received; before ``prepare``, the user's config.
+        """The resolved config the engine received; before ``prepare``, the plugin's config.
 
-        As in Accelerate, it is a dict even for a plugin made of fields only, and entries set in
-        it before ``prepare`` (say ``train_micro_batch_size_per_gpu``) are used by the engine.
+        As in Accelerate, entries set in it before ``prepare`` (say
+        ``train_micro_batch_size_per_gpu``) are used by the engine; assigning a dict replaces it
+        (transformers assigns its ``HfTrainerDeepSpeedConfig``'s).
         """
         if self._resolved is not None:
             return self._resolved
-        if self._config is None:
-            self._config = {} if self.hf_ds_config is None else load_config_file(self.hf_ds_config)
-        return self._config
+        config = self.config_file
+        if config is None:
+            config = self._config = {}
+        return config
+
+    @deepspeed_config.setter
+    def deepspeed_config(self, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise AcceleratorConfigError(
+                f"DeepSpeedPlugin.deepspeed_config = {type(value).__name__}: assign a dict "
+                "(a DeepSpeed config)."
+            )
+        self._config = value
+        self._config_owner = self.hf_ds_config
+        self._resolved = None
+
+    def get_value(self, ds_key_long: str, default: Any = None) -> Any:
+        """The config's value under a dotted key (``"zero_optimization.stage"``), else ``default``."""
+        node: Any = self.deepspeed_config
+        for part in ds_key_long.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def is_auto(self, ds_key_long: str) -> bool:
+        """Whether the config holds ``"auto"`` under the dotted key."""
+        return bool(self.get_value(ds_key_long) == "auto")
+
+    def set_mixed_precision(self, mixed_precision: Any) -> None:
+        """Write the ``fp16``/``bf16`` blocks for ``mixed_precision`` into the config (Accelerate's).
+
+        Blocks the config already has are kept; their ``"auto"`` ``enabled`` is filled.
+
+        Raises:
+            UnsupportedFeatureError: ``"fp8"`` (not supported with DeepSpeed in accel).
+            AcceleratorConfigError: Another value than ``"no"``, ``"fp16"`` or ``"bf16"``, or
+                the config enables the other half-precision type.
+        """
+        precision = str(getattr(mixed_precision, "value", mixed_precision) or "no").lower()
+        if precision == "fp8":
+            raise UnsupportedFeatureError(
+                "DeepSpeedPlugin.set_mixed_precision('fp8'): fp8 is not supported with DeepSpeed "
+                "in accel; use 'bf16', or train in fp8 with DDP or FSDP2."
+            )
+        if precision not in _MIXED_PRECISIONS:
+            raise AcceleratorConfigError(
+                f"DeepSpeedPlugin.set_mixed_precision({mixed_precision!r}): choose one of "
+                f"{', '.join(_MIXED_PRECISIONS)}."
+            )
+        config = self.deepspeed_config
+        if precision == "fp16":
+            config.setdefault("fp16", {"enabled": True, "auto_cast": True})
+        elif precision == "bf16":
+            config.setdefault("bf16", {"enabled": True})
+        if precision != "no":
+            other = "bf16" if precision == "fp16" else "fp16"
+            if str(config.get(other, {}).get("enabled", False)).lower() == "true":
+                raise AcceleratorConfigError(
+                    f"mixed_precision={precision!r} but the DeepSpeed config enables {other}; "
+                    f'set {other}.enabled to false or "auto", or use mixed_precision={other!r}.'
+                )
+        for kind in ("fp16", "bf16"):
+            block = config.setdefault(kind, {"enabled": False})
+            if block.get("enabled") == "auto":
+                block["enabled"] = precision == kind
+
+    def set_deepspeed_weakref(self) -> None:
+        """Tell transformers this config is on (``is_deepspeed_zero3_enabled()``...), as Accelerate does.
+
+        Keeps a transformers ``HfDeepSpeedConfig`` of the config (``"auto"`` batch values as 1)
+        in ``self.dschf``: transformers holds it by weak reference, so ``from_pretrained`` builds
+        ZeRO-3 models sharded. Without transformers, ``dschf`` is accel's ``HfDeepSpeedConfig``.
+        """
+        merged = copy.deepcopy(self.deepspeed_config)
+        for name, key in FIELD_KEYS.items():  # fields the config leaves open
+            value = self.own_value(name)
+            if value is not None and self.get_value(key) in (None, "auto"):
+                _set_key(merged, key, value)
+        for key in ("gradient_accumulation_steps", "train_micro_batch_size_per_gpu"):
+            if merged.get(key, "auto") == "auto":
+                merged[key] = 1
+        if merged.get("train_batch_size") == "auto":
+            del merged["train_batch_size"]
+        try:
+            from transformers.integrations import (  # type: ignore[import-not-found,unused-ignore]
+                HfDeepSpeedConfig as TransformersConfig,
+            )
+            from transformers.integrations import (  # type: ignore[import-not-found,unused-ignore]
+                unset_hf_deepspeed_config,
+            )
+        except ImportError:
+            self.dschf = HfDeepSpeedConfig(merged)
+            return
+        unset_hf_deepspeed_config()
+        self.dschf = TransformersConfig(merged)
+
+    def is_zero3_init_enabled(self) -> bool:
+        """Whether models are built sharded under ZeRO-3 (``zero3_init_flag`` and stage 3)."""
+        from accel.strategies.deepspeed_config import zero_stage_of
+
+        return bool(self.zero3_init_flag) and zero_stage_of(self) == 3
 
     def zero3_init_context_manager(
         self, enable: bool = True
@@ -230,12 +438,21 @@ class DeepSpeedPlugin:
 
         Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
         """
-        from accel.strategies.deepspeed_config import init_config, zero_stage_of
+        from accel.strategies.deepspeed_config import init_config
 
-        if not enable or not self.zero3_init_flag or zero_stage_of(self) != 3:
+        if not enable or not self.is_zero3_init_enabled():
             return contextlib.nullcontext()
         deepspeed = import_deepspeed()
         return deepspeed.zero.Init(config_dict_or_path=init_config(self))  # type: ignore[no-any-return]
+
+
+def _set_key(config: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``config``'s entry under a dotted key, making the parent dicts."""
+    *parents, last = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
 
 
 class DummyOptim:
@@ -313,8 +530,8 @@ class DeepSpeedEngineWrapper:
         engine.set_gradient_accumulation_boundary(sync_gradients)
         engine.backward(loss, **kwargs)
         if sync_gradients:
-            if engine.zero_optimization_stage() == 0 and engine.gradient_clipping() > 0:
-                # Without ZeRO the engine clips but keeps no norm: take it from the reduced grads.
+            if engine.zero_optimization_stage() == 0:
+                # Without ZeRO the engine keeps no norm: take it from the reduced grads.
                 self._unzero_norm = _total_norm(engine.module.parameters())
             engine.step()
 

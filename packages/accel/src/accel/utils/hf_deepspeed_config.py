@@ -68,7 +68,9 @@ class HfDeepSpeedConfig:
 
     def set_stage_and_offload(self) -> None:
         """Read the ZeRO stage and whether anything is offloaded (after ``config`` changes)."""
-        self._stage = int(self.get_value("zero_optimization.stage", -1))
+        stage = self.get_value("zero_optimization.stage", -1)
+        # "auto" (or anything not a number) is no stage yet, as in Accelerate.
+        self._stage = int(stage) if str(stage).strip().lstrip("-").isdigit() else -1
         self._offload = False
         if self.is_zero2() or self.is_zero3():
             devices = {
