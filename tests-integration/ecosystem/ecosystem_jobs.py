@@ -98,8 +98,12 @@ class JobRunner:
         *args: str,
         processes: int = 2,
         flags: tuple[str, ...] = (),
+        timeout: float = JOB_TIMEOUT,
     ) -> dict[str, Any]:
-        """The ``result.json`` of the job (run now unless an identical job already ran)."""
+        """The ``result.json`` of the job (run now unless an identical job already ran).
+
+        The result also holds ``_out``, the job's output folder (its checkpoints and saves).
+        """
         key = (target, script, args, processes, flags)
         if key not in self._results:
             out = self.root / f"job{len(self._results)}-{target}"
@@ -109,7 +113,7 @@ class JobRunner:
                 command,
                 capture_output=True,
                 text=True,
-                timeout=JOB_TIMEOUT,
+                timeout=timeout,
                 env=job_env(out),
                 cwd=out,
                 check=False,
@@ -120,22 +124,35 @@ class JobRunner:
                     f"{' '.join(command)} exited {completed.returncode}\n--- stdout ---\n"
                     f"{completed.stdout[-6000:]}\n--- stderr ---\n{completed.stderr[-12000:]}"
                 )
-            self._results[key] = json.loads((out / "result.json").read_text())
+            result = json.loads((out / "result.json").read_text())
+            result["_out"] = str(out)
+            self._results[key] = result
         return self._results[key]
 
 
-def _numbers(record: dict[str, Any]) -> dict[str, float]:
+def _numbers(record: dict[str, Any], ignore: tuple[str, ...]) -> dict[str, float]:
     return {
         key: float(value)
         for key, value in record.items()
-        if isinstance(value, (int, float)) and not any(word in key for word in _TIMING_WORDS)
+        if isinstance(value, (int, float))
+        and not any(word in key for word in _TIMING_WORDS)
+        and key not in ignore
     }
 
 
 def assert_same_history(
-    mine: list[dict[str, Any]], theirs: list[dict[str, Any]], tolerance: float
+    mine: list[dict[str, Any]],
+    theirs: list[dict[str, Any]],
+    tolerance: float,
+    ignore: tuple[str, ...] = (),
 ) -> int:
     """Every logged value (losses, grad norms, eval metrics, steps) agrees within ``tolerance``.
+
+    Args:
+        mine: accel's ``log_history``.
+        theirs: The reference's.
+        tolerance: Largest absolute difference allowed.
+        ignore: Keys left out (say why where a test passes any).
 
     Returns:
         How many values were compared.
@@ -143,7 +160,7 @@ def assert_same_history(
     assert len(mine) == len(theirs), f"{len(mine)} log records against {len(theirs)}"
     compared = 0
     for index, (ours, other) in enumerate(zip(mine, theirs, strict=True)):
-        ours_numbers, other_numbers = _numbers(ours), _numbers(other)
+        ours_numbers, other_numbers = _numbers(ours, ignore), _numbers(other, ignore)
         assert ours_numbers.keys() == other_numbers.keys(), f"record {index}: {ours} vs {other}"
         for key, value in ours_numbers.items():
             expected = other_numbers[key]
