@@ -222,6 +222,8 @@ def main() -> None:
             "engine_gradient_clipping": engine.gradient_clipping(),
             "engine_micro_batch": engine.train_micro_batch_size_per_gpu(),
         }
+    # Accelerate's state has no fsdp_plugin attribute unless FSDP is on.
+    fsdp_plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
     if trainer.accelerator.is_main_process:
         result = {
             "deepspeed": deepspeed_facts,
@@ -235,7 +237,7 @@ def main() -> None:
             "mixed_precision": str(trainer.accelerator.mixed_precision),
             "distributed_type": str(trainer.accelerator.distributed_type),
             "is_fsdp_enabled": trainer.is_fsdp_enabled,
-            "fsdp_version": getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", None),
+            "fsdp_version": getattr(fsdp_plugin, "fsdp_version", None),
             "model_class": type(trainer.model).__name__,
             "is_deepspeed_enabled": trainer.is_deepspeed_enabled,
             "train_batch_size": trainer._train_batch_size,
