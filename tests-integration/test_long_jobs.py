@@ -96,36 +96,36 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_bit_equal(
 
 
 @pytest.mark.timeout(900)
-def test_sigterm_to_the_launcher_saves_exits_75_and_a_relaunch_ends_bit_equal(
-    tmp_path, job_env, uninterrupted
-):
-    from accel_state.contract import REQUEUE_EXIT_CODE
-
-    job = subprocess.Popen(
-        [
-            *accel_command(),
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "2",
-            str(LONG_JOB),
-            "--step_delay",
-            "0.3",
-            "--project_dir",
-            str(tmp_path),
-        ],
-        env=job_env,
+def _start_long_job(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``accel launch`` of the long job on 2 processes, slowed to 0.3 s a step, in its own group."""
+    command = [*accel_command(), "launch", "--cpu", "--num_processes", "2", str(LONG_JOB)]
+    return subprocess.Popen(
+        [*command, "--step_delay", "0.3", "--project_dir", str(project)],
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
+
+
+def _wait_for_first_checkpoint(job: subprocess.Popen[str], project: Path, timeout: float) -> None:
+    """Return once the job wrote its first checkpoint (a deadline for hangs, not for speed)."""
+    deadline = time.monotonic() + timeout
+    first = project / "checkpoints" / "checkpoint_0"
+    while not first.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.exists(), "training never reached its first checkpoint"
+
+
+def test_sigterm_to_the_launcher_saves_exits_75_and_a_relaunch_ends_bit_equal(
+    tmp_path, job_env, uninterrupted
+):
+    from accel_state.contract import REQUEUE_EXIT_CODE
+
+    job = _start_long_job(tmp_path, job_env)
     try:
-        deadline = time.monotonic() + 300
-        first = tmp_path / "checkpoints" / "checkpoint_0"
-        while not first.exists() and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert first.exists(), "training never reached its first checkpoint"
+        _wait_for_first_checkpoint(job, tmp_path, timeout=300)
         job.send_signal(signal.SIGTERM)  # the launcher only, as a scheduler would
         out, err = job.communicate(timeout=120)
     finally:
@@ -166,31 +166,9 @@ def test_sigterm_to_every_process_of_the_job_as_slurm_sends_it_is_one_request(tm
     """slurmstepd signals the launcher and the workers; the launcher's copy follows in ms."""
     from accel_state.contract import REQUEUE_EXIT_CODE
 
-    job = subprocess.Popen(
-        [
-            *accel_command(),
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "2",
-            str(LONG_JOB),
-            "--step_delay",
-            "0.3",
-            "--project_dir",
-            str(tmp_path),
-        ],
-        env=job_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = _start_long_job(tmp_path, job_env)
     try:
-        deadline = time.monotonic() + 240
-        first = tmp_path / "checkpoints" / "checkpoint_0"
-        while not first.exists() and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert first.exists(), "training never reached its first checkpoint"
+        _wait_for_first_checkpoint(job, tmp_path, timeout=240)
         for pid in [job.pid, *_descendants(job.pid)]:  # the launcher and both workers
             os.kill(pid, signal.SIGTERM)
         out, err = job.communicate(timeout=120)

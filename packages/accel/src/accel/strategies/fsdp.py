@@ -469,18 +469,11 @@ def _policy_units(model: torch.nn.Module, policy: Callable[..., bool]) -> list[t
 
 def _size_based_units(model: torch.nn.Module, min_num_params: int) -> list[torch.nn.Module]:
     """Submodules holding ``min_num_params`` parameters not already in a smaller unit."""
-    units: list[torch.nn.Module] = []
-    covered: set[int] = set()
-    for module in _post_order(model):
-        if module is model:
-            break
-        if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
-            continue  # containers without forward cannot be units
-        free = [p for p in module.parameters() if id(p) not in covered]
-        if free and sum(p.numel() for p in free) >= min_num_params:
-            units.append(module)
-            covered.update(id(p) for p in free)
-    return units
+
+    def large_enough(*, module: torch.nn.Module, recurse: bool, nonwrapped_numel: int) -> bool:
+        return nonwrapped_numel >= min_num_params
+
+    return _policy_units(model, large_enough)
 
 
 class _IdentityWrapPolicy:
