@@ -104,3 +104,37 @@ def resume_job(folder: str) -> dict[str, Any]:
     if accelerator.is_main_process:
         equal = _equal(loaded, load_file(f"{folder}/expected.safetensors"))
     return {"latest": str(latest), "weights_equal": equal}
+
+
+def nd_round_trip_job(folder: str) -> dict[str, Any]:
+    """4 processes, dp_shard 2 x tp 2 (a 2-D mesh): an asynchronous save while the next epoch
+    trains; loaded into a fresh model, the weights and that epoch's losses are the same."""
+    import nd_workers
+    from nd_workers import PLAN, fresh, prepare, run_epoch
+
+    from accel import ParallelismConfig, TorchTensorParallelConfig
+
+    def config() -> ParallelismConfig:
+        handler = TorchTensorParallelConfig(plan=PLAN)
+        return ParallelismConfig(dp_shard_size=2, tp_size=2, tp_handler=handler)
+
+    accelerator = fresh(config())
+    model, optimizer, train_loader, _, _ = prepare(accelerator)
+    run_epoch(accelerator, model, optimizer, train_loader)
+    expected = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    handle = accelerator.save_state(f"{folder}/nd", blocking=False)
+    after = run_epoch(accelerator, model, optimizer, train_loader)["losses"]
+    saved = handle.wait()
+
+    accelerator = fresh(config())
+    torch.manual_seed(1)
+    model, optimizer, train_loader, _, _ = prepare(accelerator)
+    accelerator.load_state(saved)
+    loaded = accelerator.get_state_dict(model)
+    resumed = run_epoch(accelerator, model, optimizer, train_loader)["losses"]
+    nd_workers.AcceleratorState._reset_state()
+    return {
+        "weights_equal": (not accelerator.is_main_process) or _equal(loaded, expected),
+        "losses_after_save": after,
+        "losses_after_load": resumed,
+    }

@@ -59,3 +59,12 @@ def test_kill_during_background_write_leaves_previous_checkpoint_newest(tmp_path
     for rank in resumed:
         assert rank["latest"] == str(first)
         assert rank["weights_equal"]
+
+
+def test_async_save_on_a_two_dimensional_mesh_round_trips(tmp_path):
+    ranks = spawn_workers(
+        async_ckpt_workers.nd_round_trip_job, 4, args=(str(tmp_path),), timeout=600
+    )
+    for rank in ranks:
+        assert rank["weights_equal"]
+        assert rank["losses_after_load"] == pytest.approx(rank["losses_after_save"], abs=1e-6)
