@@ -59,7 +59,7 @@ from accel_ckpt.model_loading import IncompatibleKeys, load_checkpoint_in_model
 from accel_ckpt.project import ProjectConfiguration, latest_checkpoint
 from accel_ckpt.rng_state import capture_rng_states, restore_rng_states
 from accel_ckpt.serialization import load, save
-from accel_ckpt.sharded_state import ShardedState
+from accel_ckpt.sharded_state import ShardedState, StageableShardedState, StagedWrite
 from accel_ckpt.sharding import (
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
@@ -110,6 +110,8 @@ __all__ = [
     "Checkpointer",
     "ProjectConfiguration",
     "ShardedState",
+    "StageableShardedState",
+    "StagedWrite",
     "latest_checkpoint",
     "Manifest",
     "MANIFEST_NAME",

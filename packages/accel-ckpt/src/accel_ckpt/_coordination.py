@@ -82,6 +82,11 @@ class Coordinator:
         #: A step failed and every process knows (see :meth:`settle_after_failure`).
         self.failure_agreed = False
 
+    @property
+    def group(self) -> Any:
+        """The checkpoint's own gloo group (``None`` with a single process)."""
+        return self._group
+
     @classmethod
     def current(cls) -> Coordinator:
         """From ``accel_state.PartialState`` (initialising it if needed)."""

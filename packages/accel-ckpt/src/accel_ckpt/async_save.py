@@ -5,6 +5,12 @@ a reusable host staging buffer (pinned when copying from CUDA); the caller may t
 training. Files are written, fsynced and committed on a thread. The next ``save_state`` or
 ``load_state``, :func:`wait_for_pending_saves` or ``AsyncSave.wait()`` joins it and raises
 :class:`AsyncSaveError` if it failed. Interpreter exit waits for it too.
+
+Sharded states that stage themselves (:class:`accel_ckpt.StageableShardedState`, FSDP's through
+``torch.distributed.checkpoint``) copy their shards into host memory of their own before the call
+returns; the background thread then writes them over the checkpoint's gloo group (never the
+training loop's), writes the other files, and publishes the folder atomically. A crash before the
+publish leaves only a hidden temporary folder: the previous checkpoint stays the newest.
 """
 
 from __future__ import annotations
@@ -75,10 +81,21 @@ def _padded(nbytes: int) -> int:
 ARENA = StagingArena()
 
 
+_RELEASERS: list[Callable[[], None]] = []
+
+
+def register_staging_release(release: Callable[[], None]) -> None:
+    """Have :func:`release_staging_memory` also call ``release`` (a sharded state's own buffers)."""
+    if release not in _RELEASERS:
+        _RELEASERS.append(release)
+
+
 def release_staging_memory() -> None:
     """Free the host memory kept for asynchronous saves (after joining pending ones)."""
     wait_for_pending_saves()
     ARENA.release()
+    for release in _RELEASERS:
+        release()
 
 
 class AsyncSave:

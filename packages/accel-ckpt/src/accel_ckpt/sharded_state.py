@@ -4,14 +4,20 @@ Strategies that shard a model (FSDP through ``torch.distributed.checkpoint``, De
 its engine) supply a :class:`ShardedState`; :func:`accel_ckpt.save_state` calls its ``save`` on
 every process with a subfolder of the checkpoint before it is published, so a crash mid-save
 leaves the previous checkpoint as it was. accel-ckpt never imports those libraries.
+
+A state that can also :meth:`StageableShardedState.stage` itself (copy its tensors into host
+memory and return the write as a function) is written in the background by
+``save_state(blocking=False)``: the call returns once every process has staged, and the write runs
+on the save's background thread over the checkpoint's own gloo group, so its collectives never
+interleave with the training loop's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from accel_ckpt.errors import InvalidArgumentError
 
@@ -42,6 +48,25 @@ class ShardedState(Protocol):
 
     def load(self, folder: Path) -> None:
         """Read the state back from ``folder`` (called on every process)."""
+
+
+#: The write of a staged sharded state: ``write(folder, process_group)`` returns what
+#: :meth:`ShardedState.save` returns. ``process_group`` is the gloo group to run its collectives
+#: on (``None`` with a single process).
+StagedWrite = Callable[[Path, Any], Mapping[str, tuple[int, int]] | None]
+
+
+@runtime_checkable
+class StageableShardedState(ShardedState, Protocol):
+    """A :class:`ShardedState` whose write can run in the background (``blocking=False``)."""
+
+    def stage(self) -> StagedWrite:
+        """Copy this process's part into host memory (collective: called on every process).
+
+        Returns:
+            The write, run later on a background thread; it must touch only the staged copies
+            (training goes on meanwhile) and run its collectives on the group it is given.
+        """
 
 
 def check_sharded_states(states: Sequence[object]) -> list[ShardedState]:

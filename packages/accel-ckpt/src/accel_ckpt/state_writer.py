@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,7 @@ from accel_ckpt.object_io import encode_state
 from accel_ckpt.project import ProjectConfiguration, apply_total_limit
 from accel_ckpt.rng_state import capture_rng_states
 from accel_ckpt.safetensors_io import cpu_contiguous
-from accel_ckpt.sharded_state import ShardedState
+from accel_ckpt.sharded_state import ShardedState, StageableShardedState, StagedWrite
 from accel_ckpt.stateful import SaveHook, Stateful, Unwrap, numbered
 from accel_ckpt.xla import host_copies
 
@@ -178,6 +180,7 @@ class CheckpointWriter:
         self.sharded_reports: list[FileReport] = []
         self.per_rank_loaders: set[int] = set()
         self.planned: list[int] = []  # tensor bytes each rank plans to write (after plan_rest)
+        self.staged: list[tuple[int, ShardedState, StagedWrite]] = []  # written by write()
 
     # ---------------------------------------------------------------- step 1: local preparation
     def prepare(self) -> tuple[str | None, list[str | None]]:
@@ -312,14 +315,44 @@ class CheckpointWriter:
         rest it checksums itself.
         """
         assert self.staging is not None
-        rank, node_rank = self.coordinator.rank, self.coordinator.node_rank
+        rank = self.coordinator.rank
         for index, state in enumerate(self.items.sharded_states):
             with explain_disk_full(self.final, self.staging, self._own_bytes(), rank):
                 written = state.save(self.staging / state.name)
-            self.sharded_reports.extend(
-                FileReport("sharded_states", index, rank, node_rank, True, relpath, record)
-                for relpath, record in _reported_files(state.name, written).items()
-            )
+            self._report_sharded(index, state, written)
+
+    def stage_sharded(self) -> None:
+        """Stage the sharded states that can be written in the background (all processes).
+
+        Those that cannot (no ``stage`` method) are written now, as with ``blocking=True``; the
+        staged ones are written by :meth:`write`, on the background thread.
+        """
+        assert self.staging is not None
+        rank = self.coordinator.rank
+        for index, state in enumerate(self.items.sharded_states):
+            if isinstance(state, StageableShardedState):
+                self.staged.append((index, state, state.stage()))
+                continue
+            with explain_disk_full(self.final, self.staging, self._own_bytes(), rank):
+                written = state.save(self.staging / state.name)
+            self._report_sharded(index, state, written)
+
+    def _write_staged(self) -> None:
+        assert self.staging is not None
+        rank, group = self.coordinator.rank, self.coordinator.group
+        staged, self.staged = self.staged, []
+        for index, state, write in staged:
+            with explain_disk_full(self.final, self.staging, self._own_bytes(), rank):
+                written = write(self.staging / state.name, group)
+            self._report_sharded(index, state, written)
+        _test_hold("ACCEL_CKPT_TEST_HOLD_AFTER_SHARDS", rank, self.staging)
+
+    def _report_sharded(self, index: int, state: ShardedState, written: object) -> None:
+        rank, node_rank = self.coordinator.rank, self.coordinator.node_rank
+        self.sharded_reports.extend(
+            FileReport("sharded_states", index, rank, node_rank, True, relpath, record)
+            for relpath, record in _reported_files(state.name, written).items()
+        )
 
     def write_with_sharded(self) -> list[FileReport]:
         """Steps 3b and 4 in one (blocking saves): the sharded states, then this process's files."""
@@ -334,6 +367,8 @@ class CheckpointWriter:
         """
         assert self.staging is not None
         coordinator = self.coordinator
+        if self.staged:
+            self._write_staged()
         if self.creator:
             check_free_space(self.final, self.staging, self.bytes_needed())
         written = []
@@ -513,3 +548,21 @@ def _reported_files(name: str, written: object) -> dict[str, FileRecord]:
             ) from None
         reported[f"{name}/{path.as_posix()}"] = FileRecord(size, crc)
     return reported
+
+
+def _test_hold(variable: str, rank: int, staging: Path) -> None:
+    """For crash tests only: with ``variable`` naming a folder, stop a background write here.
+
+    The background thread writes ``<folder>/held_rank<rank>`` (listing the temporary folder's
+    files) and sleeps for good, so a test can kill the processes deterministically while the
+    staged state is half-way to disk. Has no effect on the main thread or when unset.
+    """
+    folder = os.environ.get(variable)
+    if not folder or threading.current_thread() is threading.main_thread():
+        return
+    files = sorted(p.relative_to(staging).as_posix() for p in staging.rglob("*") if p.is_file())
+    marker = Path(folder, f"held_rank{rank}")
+    marker.with_suffix(".tmp").write_text(json.dumps(files))
+    marker.with_suffix(".tmp").rename(marker)
+    while True:
+        time.sleep(60)

@@ -194,7 +194,10 @@ def save_state(
         sharded_states: :class:`ShardedState` objects (a sharded model's weights and optimizer,
             say) that every process writes its part of, each into its own subfolder; written
             before this call returns even with ``blocking=False``. Their models and optimizers
-            must not be passed again in ``models``/``optimizers``.
+            must not be passed again in ``models``/``optimizers``. With ``blocking=False``
+            those that can stage themselves (:class:`StageableShardedState`, FSDP's) are copied
+            into host memory before this call returns and written in the background; the others
+            are written before it returns.
         project_config: Naming, ``total_limit`` and ``iteration`` (incremented after each save).
         safe_serialization: Model weights as safetensors (else ``pytorch_model.bin``).
         save_on_each_node: Each machine's local main writes its own copy (default from
@@ -279,8 +282,8 @@ def save_state(
         )
         if items.sharded_states and blocking:  # one exchange for the shards and the files
             reports = coordinator.step(f"Writing checkpoint {final}", saver.write_with_sharded)
-        elif items.sharded_states:
-            coordinator.step(f"Writing sharded state of {final}", saver.write_sharded)
+        elif items.sharded_states:  # staged here, written on the background thread
+            coordinator.step(f"Staging sharded state of {final}", saver.stage_sharded)
         if not blocking:
             coordinator.step(f"Copying state of {final}", lambda: ARENA.snapshot(saver.jobs))
     except BaseException:

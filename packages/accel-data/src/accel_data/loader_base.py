@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from accel_data.errors import ResumeStateError
 from accel_data.iterable import IterableDatasetShard
@@ -61,7 +61,14 @@ class ResumePoint:
 
     batches: int
     base_rng_state: torch.Tensor | None
+    #: Elastic resume (another number of processes): samples of the epoch's global order
+    #: already consumed; the next iteration starts right after them.
+    samples: int = 0
 
+
+# Samplers whose order is the same whatever the number of processes (a seeded permutation of the
+# whole dataset, or none): a mid-epoch state saved on N processes can resume on M.
+_ELASTIC_SAMPLERS = (SequentialSampler, SeedableRandomSampler, GlobalSeedRandomSampler)
 
 _STATEFUL_VARIANTS: dict[type, type] = {}
 
@@ -134,6 +141,7 @@ class DataLoaderStateMixin:
     _skip_once: SkipOnceBatchSampler | None = None
     _epoch_generator_state: torch.Tensor | None = None
     _epoch_base_rng_state: torch.Tensor | None = None
+    _sample_offset: int = 0  # samples of the epoch consumed before this run's batches (elastic)
 
     def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
         """A ``StatefulDataLoader`` too when ``use_stateful_dataloader`` (and torchdata is there)."""
@@ -243,6 +251,7 @@ class DataLoaderStateMixin:
         self.set_epoch(self.iteration)
         self._capture_epoch_start(resume)
         self._batches_yielded = 0 if resume is None else resume.batches
+        self._sample_offset = 0 if resume is None else resume.samples
         self._in_epoch = True
         self.begin()
 
@@ -250,6 +259,7 @@ class DataLoaderStateMixin:
         """After the last batch: the next iteration is the next epoch, from its start."""
         self.iteration += 1
         self._batches_yielded = 0
+        self._sample_offset = 0
 
     def _close_epoch(self) -> None:
         """However the iteration ended (exhausted, broken off, raised): unregister it."""
@@ -331,6 +341,8 @@ class DataLoaderStateMixin:
         """
         self._pending_drop = 0
         skip = 0 if resume is None else resume.batches * self._base_batches_per_batch()
+        if resume is not None and resume.samples:
+            skip = self._start_after_samples(resume.samples)
         persistent = getattr(self, "_iterator", None) is not None
         if skip and can_skip and not persistent and self._own_batch_sampler() is not None:
             self._skip_once = SkipOnceBatchSampler(self._own_batch_sampler(), skip, keep_first)
@@ -350,6 +362,54 @@ class DataLoaderStateMixin:
             self._skip_once = None
             if saved_rng is not None:
                 torch.set_rng_state(saved_rng)
+
+    def _start_after_samples(self, samples: int) -> int:
+        """Elastic resume: start the global order after ``samples``; batches left to skip here.
+
+        With a :class:`BatchSamplerShard` its next iteration deals out the rest of the order
+        among this job's processes; a single process's plain batch sampler skips whole batches.
+        """
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, BatchSamplerShard):
+                node.start_after_samples(samples)
+                return 0
+        size = getattr(self._own_batch_sampler(), "batch_size", None) or 1
+        return samples // size
+
+    def _elastic_order(self) -> str | None:
+        """Why this loader's order depends on the number of processes (``None``: it does not).
+
+        The order is process-count independent when a map-style dataset is drawn by a plain
+        ``BatchSampler`` over a sequential or seeded random sampler (the whole dataset's
+        permutation), which :class:`BatchSamplerShard` then splits among the processes.
+        """
+        if isinstance(self.dataset, IterableDataset):
+            return (
+                "its dataset is iterable, sharded by process (each process reads its own part of "
+                "the stream)"
+            )
+        if self._base_batches_per_batch() != 1:
+            return "it dispatches batches from process 0 (dispatch_batches=True)"
+        batch_sampler = self._own_batch_sampler()
+        shard = next(
+            (n for n in sampler_chain(batch_sampler) if isinstance(n, BatchSamplerShard)), None
+        )
+        inner = shard.batch_sampler if shard is not None else batch_sampler
+        if type(inner) is not BatchSampler or inner.batch_size is None:
+            return f"its batch sampler ({type(inner).__name__}) is not a plain BatchSampler"
+        if type(inner.sampler) not in _ELASTIC_SAMPLERS:
+            return (
+                f"its sampler ({type(inner.sampler).__name__}) is not one whose order is known "
+                "not to depend on the process (SequentialSampler or a seeded RandomSampler)"
+            )
+        return None
+
+    def _samples_consumed(self) -> int | None:
+        """Samples of this epoch's global order consumed by the whole job (``None``: unknown)."""
+        total = self.total_batch_size
+        if total is None or self._elastic_order() is not None:
+            return None
+        return self._sample_offset + self._batches_yielded * total
 
     def _base_batches_per_batch(self) -> int:
         """How many batches of the underlying ``DataLoader`` make one batch of this loader."""
@@ -388,6 +448,10 @@ class DataLoaderStateMixin:
             "generator_state": None if generator_state is None else generator_state.clone(),
             "data_seed": None if seedable is None else int(seedable.initial_seed),
             "base_rng_state": None if base_rng_state is None else base_rng_state.clone(),
+            # Elastic resume: where the epoch's process-independent global order stands (None
+            # when the order depends on the processes); sample_offset > 0 after such a resume.
+            "samples_consumed": self._samples_consumed(),
+            "sample_offset": int(self._sample_offset),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -411,14 +475,11 @@ class DataLoaderStateMixin:
                     f"load_state_dict: {name}={value!r} must be an int >= 0; the state is corrupt."
                 )
         saved_processes = state_dict["num_processes"]
-        if batches and saved_processes != self._num_processes_for_state():
-            raise ResumeStateError(
-                f"load_state_dict: the state was saved mid-epoch with num_processes="
-                f"{saved_processes}, this dataloader runs with num_processes="
-                f"{self._num_processes_for_state()}, so batches_yielded={batches} points to other "
-                "samples. Resume with the same number of processes, or from a state saved "
-                "between epochs."
-            )
+        samples = 0
+        if (batches or state_dict.get("sample_offset")) and (
+            saved_processes != self._num_processes_for_state() or state_dict.get("sample_offset")
+        ):
+            samples = self._elastic_samples(state_dict, saved_processes)
         generator_state = state_dict["generator_state"]
         generator = self.synchronized_generator
         if generator_state is not None and generator is not None:
@@ -427,10 +488,62 @@ class DataLoaderStateMixin:
         if seedable is not None and state_dict["data_seed"] is not None:
             seedable.initial_seed = int(state_dict["data_seed"])
         self.iteration = epoch
-        self._batches_yielded = batches
+        self._batches_yielded = 0 if samples else batches
+        self._sample_offset = samples
         self._in_epoch = False
         self._resume = None
-        if batches:
+        if batches or samples:
             self._epoch_generator_state = generator_state
             self._epoch_base_rng_state = state_dict["base_rng_state"]
-            self._resume = ResumePoint(batches, state_dict["base_rng_state"])
+            self._resume = ResumePoint(
+                0 if samples else batches, state_dict["base_rng_state"], samples
+            )
+
+    def _elastic_samples(self, state_dict: dict[str, Any], saved_processes: Any) -> int:
+        """Samples already consumed, for a mid-epoch state saved with another process count.
+
+        Raises:
+            ResumeStateError: The saved or this loader's order depends on the number of
+                processes, or the consumed samples do not end on a batch of this loader.
+        """
+        here = self._num_processes_for_state()
+        batches = state_dict["batches_yielded"]
+        samples = state_dict.get("samples_consumed")
+        head = (
+            f"load_state_dict: the state was saved mid-epoch (batches_yielded={batches}) with "
+            f"num_processes={saved_processes}, this dataloader runs with num_processes={here}"
+        )
+        why = self._elastic_order()
+        if samples is None or why is not None:
+            reason = why or (
+                "the state does not record the samples consumed (the saving dataloader's order "
+                "depended on its number of processes, or an older accel saved it)"
+            )
+            raise ResumeStateError(
+                f"{head}, and the samples left cannot be found: {reason}. Resume with "
+                f"num_processes={saved_processes}, or from a state saved between epochs; for "
+                "elastic resumes use a map-style dataset with shuffle=True or False and no custom "
+                "sampler (its order is then a seeded permutation of the whole dataset, split "
+                "among the processes)."
+            )
+        valid = isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0
+        if not valid or (batches and not samples):
+            raise ResumeStateError(
+                f"{head}: samples_consumed={samples!r} does not fit; the state is corrupt. "
+                "Resume from another checkpoint, or from one saved between epochs."
+            )
+        unit = self._elastic_unit()
+        if samples % unit:
+            raise ResumeStateError(
+                f"{head}: samples_consumed={samples} is not a whole number of batches of "
+                f"{unit} samples here. Resume with a per-process batch size that divides "
+                f"{samples}, or from a state saved between epochs."
+            )
+        return int(samples)
+
+    def _elastic_unit(self) -> int:
+        """Samples in one batch of the order before it is split among processes."""
+        for node in sampler_chain(self._own_batch_sampler()):
+            if isinstance(node, BatchSamplerShard):
+                return node.batch_size or 1
+        return int(getattr(self._own_batch_sampler(), "batch_size", None) or 1)

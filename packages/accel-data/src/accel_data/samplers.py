@@ -154,6 +154,28 @@ class BatchSamplerShard(BatchSampler):
         #: Real samples in the last round of the latest complete iteration (0: the round was
         #: full, -1: unknown or dropped). ``len(data) % total_batch_size`` for fixed batch sizes.
         self.remainder = -1
+        self._start_batch = 0  # next iteration only: batches of the wrapped sampler to pass
+
+    def start_after_samples(self, samples: int) -> None:
+        """Begin the next iteration after the first ``samples`` of the wrapped sampler's order.
+
+        For elastic resumes: the rest of the epoch's order is dealt out among this job's
+        processes as in an epoch that began there (the last round is completed from the epoch's
+        first samples, as usual). ``samples`` must be a whole number of the wrapped batches.
+
+        Raises:
+            DataConfigurationError: ``samples`` is negative or not a multiple of the batch size,
+                or the wrapped batch sampler is not a plain ``BatchSampler``.
+        """
+        size = self.batch_size
+        plain = type(self.batch_sampler) is BatchSampler  # checked without drawing an order
+        if size is None or samples < 0 or samples % size or not plain:
+            raise DataConfigurationError(
+                f"start_after_samples(samples={samples}) needs a plain BatchSampler with a fixed "
+                f"batch size dividing it (this one: {type(self.batch_sampler).__name__}, "
+                f"batch_size={size})."
+            )
+        self._start_batch = samples // size
 
     @property
     def total_length(self) -> int:
@@ -217,13 +239,18 @@ class BatchSamplerShard(BatchSampler):
     def _iter_whole_plain(self, indices: list[int]) -> Iterator[list[int]]:
         """:meth:`_iter_whole_any` for batches cut from one index list: only ours are built."""
         n, rank, size = self.num_processes, self.process_index, self.batch_size or 1
+        first, self._start_batch = self._start_batch, 0
         batches = len(indices) // size if self.drop_last else -(-len(indices) // size)
+        first = min(first, batches)
+        left = batches - first
         short_last = not self.drop_last and len(indices) % size != 0
-        clean_rounds = batches // n - (1 if short_last and batches % n == 0 else 0)
+        clean_rounds = left // n - (1 if short_last and left % n == 0 else 0)
         for step in range(clean_rounds):
-            start = (step * n + rank) * size
+            start = (first + step * n + rank) * size
             yield indices[start : start + size]
-        tail = [indices[k * size : (k + 1) * size] for k in range(clean_rounds * n, batches)]
+        tail = [
+            indices[k * size : (k + 1) * size] for k in range(first + clean_rounds * n, batches)
+        ]
         head = [indices[k * size : (k + 1) * size] for k in range(min(n, batches))]
         yield from self._last_round(tail, head)
 
@@ -283,14 +310,16 @@ class BatchSamplerShard(BatchSampler):
         size = self.batch_size or 1
         piece = size // self.num_processes
         start, stop = self.process_index * piece, (self.process_index + 1) * piece
+        first, self._start_batch = self._start_batch, 0
         head: list[int] | None = None
         last_real = 0
         indices = self._plain_indices()
         batches: Iterable[list[int]] = self.batch_sampler
         if indices is not None:
+            head = indices[:size]  # the epoch's first batch completes a short last one
             batches = (
                 indices[start : start + size]
-                for start in range(0, _cut_end(indices, size, self.drop_last), size)
+                for start in range(first * size, _cut_end(indices, size, self.drop_last), size)
             )
         for batch in batches:
             if head is None:

@@ -5,18 +5,27 @@
 ``FULL_STATE_DICT``: rank 0 writes the gathered weights (``model.safetensors``) and optimizer
 state (``optimizer.pt``, tensors only, read with ``weights_only=True``); on load every rank reads
 them from the shared checkpoint folder and keeps its own shards.
+
+``save_state(blocking=False)``: :meth:`FSDPModelState.stage` copies this rank's shards (or, for a
+full state, rank 0's gathered tensors) into host buffers kept per model between saves, and the
+returned write runs ``torch.distributed.checkpoint.save`` on the background thread over the
+checkpoint's gloo group, so it never interleaves with the training loop's collectives.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from accel.errors import AcceleratorConfigError
+from accel_ckpt import StagedWrite
+from accel_ckpt.async_save import register_staging_release
 
 MODEL_KEY = "model"
 OPTIMIZER_KEY = "optimizer"
@@ -50,6 +59,50 @@ def off_cpu(model: torch.nn.Module) -> bool:
     CPU already crashes (segmentation fault, torch 2.13 on gloo).
     """
     return any(parameter.device.type != "cpu" for parameter in model.parameters())
+
+
+# Host copies of each model's sharded state, reused by the next asynchronous save (same keys,
+# shapes and dtypes) so that staging copies into memory already mapped instead of page-faulting.
+_STAGED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def release_staged() -> None:
+    """Free the host copies kept for asynchronous sharded saves."""
+    _STAGED.clear()
+
+
+def host_copy(state: dict[str, Any], cached: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of ``state`` (tensors, DTensors, ShardedTensors) in host memory.
+
+    Args:
+        state: The state dict to copy.
+        cached: A previous copy to copy into when it has the same structure, shapes and dtypes.
+
+    Returns:
+        The copy: its tensors are ``cached``'s when reused, its other values ``state``'s.
+    """
+    from torch.distributed._state_dict_utils import (
+        _check_state_dict_similarity,
+        _copy_state_dict,
+        _create_cpu_state_dict,
+    )
+
+    if cached is None or not _check_state_dict_similarity(state, cached):
+        cached = _create_cpu_state_dict(state)
+    copied = _copy_state_dict(state, cached, type_check=False)
+    if any(t.device.type != "cpu" for t in _tensors(state)):
+        torch.cuda.synchronize()  # pragma: no cover - CPU in CI
+    return copied
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Mapping):
+        return [t for item in value.values() for t in _tensors(item)]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
 
 
 @dataclasses.dataclass
@@ -126,6 +179,36 @@ class FSDPModelState:
         save(self._state(full=False), storage_writer=writer)
         return writer.records
 
+    def stage(self) -> StagedWrite:
+        """Copy this rank's part into host memory now; return the write (collective).
+
+        Returns:
+            ``write(folder, process_group)``, which writes the copy as :meth:`save` would, with
+            ``torch.distributed.checkpoint``'s collectives on ``process_group``.
+        """
+        if self.full:
+            state = self._state(full=True)
+            if dist.get_rank() != 0:
+                return lambda folder, group: None
+            full = host_copy(state)
+            return lambda folder, group: self._write_full(folder, full)
+        require_numpy()
+        state = self._state(full=False)
+        staged = host_copy(state, _STAGED.get(self.model))
+        _STAGED[self.model] = staged
+        register_staging_release(release_staged)
+
+        def write(folder: pathlib.Path, group: Any) -> dict[str, tuple[int, int]]:
+            from torch.distributed.checkpoint.state_dict_saver import save
+
+            from accel_ckpt.dcp_writer import checksummed_writer
+
+            writer = checksummed_writer(folder)
+            save(staged, storage_writer=writer, process_group=group)
+            return writer.records
+
+        return write
+
     def load(self, folder: pathlib.Path) -> None:
         """Read the state saved in ``folder`` into the model and optimizers (collective)."""
         if (folder / FULL_MODEL_FILE).exists():
@@ -142,18 +225,23 @@ class FSDPModelState:
         self._apply(state, full=False)
 
     def _save_full(self, folder: pathlib.Path) -> None:
-        from accel_ckpt.pickle_io import save_pickled
-        from accel_ckpt.safetensors_io import write_safetensors
-
         state = self._state(full=True)
         if dist.get_rank() == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-            write_safetensors(folder / FULL_MODEL_FILE, state[MODEL_KEY], {})
-            if OPTIMIZER_KEY in state:
-                save_pickled(state[OPTIMIZER_KEY], folder / FULL_OPTIMIZER_FILE)
+            self._write_full(folder, state)
         # No barrier here: accel-ckpt's save protocol exchanges every process's outcome right
         # after this call, so an error on rank 0 (a refused tensor, a full disk) reaches every
         # rank instead of leaving the others waiting in a barrier rank 0 never enters.
+
+    @staticmethod
+    def _write_full(folder: pathlib.Path, state: dict[str, Any]) -> None:
+        """Rank 0: the gathered weights as safetensors, the optimizer state as tensors only."""
+        from accel_ckpt.pickle_io import save_pickled
+        from accel_ckpt.safetensors_io import write_safetensors
+
+        folder.mkdir(parents=True, exist_ok=True)
+        write_safetensors(folder / FULL_MODEL_FILE, state[MODEL_KEY], {})
+        if OPTIMIZER_KEY in state:
+            save_pickled(state[OPTIMIZER_KEY], folder / FULL_OPTIMIZER_FILE)
 
     def _load_full(self, folder: pathlib.Path) -> None:
         """Every rank reads the gathered files (shared filesystem) and keeps its own shards."""

@@ -1,0 +1,142 @@
+"""Asynchronous sharded saves under FSDP2: how long the training loop is blocked, 2 gloo processes.
+
+An FSDP2 model (``bench_fsdp.Model``, ``--dim 1024``: 589 MiB of weights and AdamW state over both
+processes) trains on the CPU. Alternating rounds (A B A B, after one warm-up round of each):
+
+* A: ``Accelerator.save_state(folder)`` (synchronous: staged, written through
+  ``torch.distributed.checkpoint``, fsynced, published);
+* B: ``save_state(folder, blocking=False)``: the time until it returns (the loop is blocked for
+  that), then training steps while the background write runs, until the handle is done, then
+  ``wait()``.
+
+Reported (medians over rounds, the slower rank of each round): blocked time of B over the
+synchronous save (target <= 0.2), time until B is committed, and the step time of steps that
+overlap a background write versus steps with no save in flight (``--steps`` of them per round).
+
+Run: ``python benchmarks/bench_async_fsdp.py [--rounds 3] [--dim 1024] [--steps 3] [--folder DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+from bench_fsdp import batches, loss_of, make_model, state_bytes
+
+from accel import Accelerator, FullyShardedDataParallelPlugin
+from accel_state.testing import spawn_workers
+
+
+def worker(rounds: int, dim: int, steps: int, folder: str) -> dict[str, Any]:
+    """Every rank: timings per round (the first round of each kind is a warm-up)."""
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
+    )
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    model = make_model(dim)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    data = batches(8, accelerator.process_index)
+    position = 0
+
+    def step() -> float:
+        nonlocal position
+        start = time.perf_counter()
+        loss = loss_of(model, data[position % len(data)])
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        position += 1
+        return time.perf_counter() - start
+
+    step()  # optimizer state exists from here on
+    result: dict[str, Any] = {
+        "bytes": state_bytes(model, optimizer),
+        "sync": [],
+        "blocked": [],
+        "committed": [],
+        "quiet_steps": [],
+        "overlap_steps": [],
+    }
+    for round_index in range(rounds + 1):
+        for kind in ("sync", "async"):
+            quiet = [step() for _ in range(steps)]
+            accelerator.wait_for_everyone()
+            start = time.perf_counter()
+            if kind == "sync":
+                accelerator.save_state(f"{folder}/sync")
+                result["sync"].append(time.perf_counter() - start)
+                continue
+            handle = accelerator.save_state(f"{folder}/async", blocking=False)
+            blocked = time.perf_counter() - start
+            overlapped = []
+            while not handle.done():
+                overlapped.append(step())
+            handle.wait()
+            committed = time.perf_counter() - start
+            if round_index > 0:
+                result["blocked"].append(blocked)
+                result["committed"].append(committed)
+                result["quiet_steps"].extend(quiet)
+                result["overlap_steps"].extend(overlapped)
+            # Both ranks must run the same number of steps: pad to the larger count.
+            counts = accelerator.gather(torch.tensor([len(overlapped)])).tolist()
+            for _ in range(max(counts) - len(overlapped)):
+                extra = step()
+                if round_index > 0:
+                    result["overlap_steps"].append(extra)
+    result["sync"] = result["sync"][1:]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--folder", default=None)
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp(prefix="accel-bench-async-", dir=args.folder)
+    started = time.perf_counter()
+    try:
+        ranks = spawn_workers(
+            worker, 2, args=(args.rounds, args.dim, args.steps, folder), timeout=1800
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    slowest = {
+        key: [max(r[key][i] for r in ranks) for i in range(args.rounds)]
+        for key in ("sync", "blocked", "committed")
+    }
+    state_mib = sum(r["bytes"] for r in ranks) / 2**20
+    sync, blocked = statistics.median(slowest["sync"]), statistics.median(slowest["blocked"])
+    quiet = statistics.median(ranks[0]["quiet_steps"])
+    overlap = statistics.median(ranks[0]["overlap_steps"]) if ranks[0]["overlap_steps"] else 0.0
+    load = os.getloadavg()[0]
+    print(f"FSDP2, 2 gloo processes, state {state_mib:.0f} MiB, folder {folder}")
+    print(f"{args.rounds} alternating rounds after a warm-up; load average {load:.1f}")
+    print("                                   median s   all rounds (s, slower rank)")
+    for label, key in (
+        ("save_state (sync)", "sync"),
+        ("save_state(blocking=False) block", "blocked"),
+        ("  ... until committed", "committed"),
+    ):
+        values = ", ".join(f"{v:.2f}" for v in slowest[key])
+        print(f"{label:34s} {statistics.median(slowest[key]):8.3f}   {values}")
+    print(f"step, no save in flight (rank 0)   {quiet:8.3f}   n={len(ranks[0]['quiet_steps'])}")
+    print(f"step, overlapping the write        {overlap:8.3f}   n={len(ranks[0]['overlap_steps'])}")
+    ratio = blocked / sync
+    verdict = "OK" if ratio <= 0.2 else "MISSED"
+    print(f"async block / sync save  {ratio:.2f}  (target <= 0.2)  {verdict}")
+    print(f"overlapped / quiet step  {overlap / quiet:.2f}")
+    print(f"total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
