@@ -316,11 +316,11 @@ FP8_SIZES = {"dim": 32, "heads": 2, "hidden": 64}
 def fp8_with_tensor_parallelism() -> dict[str, Any] | None:
     """fp8 (torchao) on dp_shard 2 x tp 2: converted first, then split, then sharded; one epoch.
 
-    ``None`` when torchao is not installed.
+    ``None`` when fp8 through torchao cannot run here (``torchao_skip_reason``).
     """
-    import importlib.util
+    from torch_support import torchao_skip_reason
 
-    if importlib.util.find_spec("torchao") is None:
+    if torchao_skip_reason() is not None:
         return None
     from torch.distributed.tensor import DTensor
 

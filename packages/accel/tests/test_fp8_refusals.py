@@ -23,6 +23,7 @@ from accel.fp8 import (
     check_cuda_fp8_capability,
     make_fp8_precision,
 )
+from accel.fp8.ao import TORCHAO_MIN_TORCH
 from accel.fp8.msamp import MSAMPPrecision
 from accel.fp8.setup import FP8Setup
 from accel.fp8.transformer_engine import TEPrecision
@@ -62,6 +63,18 @@ def test_missing_torchao_names_the_extra(monkeypatch):
     # With no fp8 engine at all, the automatic choice says what to install.
     with pytest.raises(UnsupportedFeatureError, match=r"none is installed.*accel\[fp8\]"):
         Accelerator(mixed_precision="fp8")
+
+
+def test_torchao_on_a_torch_older_than_it_supports_names_both_versions(monkeypatch):
+    """torchao 0.18 fails inside its own import on torch < 2.11 (an AttributeError): refused
+    first, naming the torch it needs, the torch found and the way out."""
+    pytest.importorskip("torchao", reason="needs torchao installed (accel[test] installs it)")
+    monkeypatch.setattr(torch, "__version__", "2.6.0")
+    with pytest.raises(UnsupportedFeatureError) as caught:
+        Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs()])
+    message = str(caught.value)
+    assert f"torch>={TORCHAO_MIN_TORCH}" in message and "torch 2.6.0" in message
+    assert "bf16" in message
 
 
 def test_deepspeed_and_xla_with_fp8_are_refused():
