@@ -410,7 +410,8 @@ def torch_versions(session: nox.Session, release: str) -> None:
     parts: list[Path] = []
     try:
         for folder, node_ids in torch_subset_groups().items():
-            parts.append(tmp / f"junit-{folder.parent.name}-{folder.name}.xml")
+            label = folder.parent.name if folder.name == "tests" else folder.name
+            parts.append(tmp / f"junit-{label}.xml")
             parts[-1].unlink(missing_ok=True)
             session.run(
                 "pytest",
@@ -426,7 +427,8 @@ def torch_versions(session: nox.Session, release: str) -> None:
         merge_junit(parts, junit_path(session))
         for part in parts:
             counts = session_times.read_junit_counts(part) if part.exists() else None
-            session.log(f"torch {version}: {part.stem.removeprefix('junit-')}: {counts}")
+            label = part.stem.removeprefix("junit-")
+            session.log(f"torch {version}: {label}: {counts} (passed/failed/skipped)")
 
 
 # What Accelerate's shipped test scripts import besides accel (scripts/peer_scripts.py): pytest
