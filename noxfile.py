@@ -317,6 +317,132 @@ def integration(session: nox.Session) -> None:
     )
 
 
+# The torch releases torch_versions tests, each pinned in its constraints file: the newest on
+# PyPI (bump it when a new one ships) and the oldest the packages declare (every pyproject's
+# `torch>=`, checked by the session). Their PyPI Linux wheels are multi-GB CUDA builds: uv keeps
+# them in its cache and hard-links them into the venvs, as for the xla legs; GPUs stay hidden.
+TORCH_RELEASES = {"newest": "torch-newest.txt", "oldest": "torch-oldest.txt"}
+TORCH_SUBSET = ROOT / "constraints" / "torch-versions-subset.txt"
+
+
+def pinned_torch(release: str) -> str:
+    """The torch version ``constraints/torch-<release>.txt`` pins (its ``torch==`` line)."""
+    path = ROOT / "constraints" / TORCH_RELEASES[release]
+    for line in path.read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.removeprefix("torch==").strip()
+    raise ValueError(f"{path} pins no torch (add a line torch==<version>)")
+
+
+def torch_release_constraints(session: nox.Session, release: str) -> str:
+    """cpu.txt with the release file's pins in place of cpu.txt's, written into the session tmp."""
+    overrides = (ROOT / "constraints" / TORCH_RELEASES[release]).read_text().splitlines()
+
+    def name(line: str) -> str:
+        return re.split(r"[<>=!~;\[ ]", line.strip(), maxsplit=1)[0].lower()
+
+    pinned = {name(line) for line in overrides if line.strip() and not line.startswith("#")}
+    cpu = Path(CONSTRAINTS["cpu"]).read_text().splitlines()
+    lines = [line for line in cpu if line.startswith("#") or name(line) not in pinned]
+    path = Path(session.create_tmp()) / f"constraints-torch-{release}.txt"
+    path.write_text("\n".join([*lines, *overrides]) + "\n")
+    return str(path)
+
+
+def declared_torch_bounds() -> dict[str, str]:
+    """Each package's lower bound on torch, from the ``torch>=X`` of its pyproject."""
+    bounds = {}
+    for package in PACKAGES:
+        project = tomllib.loads((PACKAGES_DIR / package / "pyproject.toml").read_text())
+        for requirement in project["project"]["dependencies"]:
+            if match := re.fullmatch(r"torch\s*>=\s*([0-9.]+)", requirement.strip()):
+                bounds[package] = match.group(1)
+    return bounds
+
+
+def torch_subset_groups() -> dict[Path, list[str]]:
+    """The subset's node ids (``TORCH_SUBSET``) by the test folder whose pytest config runs them."""
+    groups: dict[Path, list[str]] = {}
+    for line in TORCH_SUBSET.read_text().splitlines():
+        if not (entry := line.split("#", 1)[0].strip()):
+            continue
+        parts = Path(entry.split("::", 1)[0]).parts
+        folder = ROOT.joinpath(
+            *parts[: parts.index("tests") + 1] if "tests" in parts else parts[:1]
+        )
+        groups.setdefault(folder, []).append(str(ROOT / entry))
+    return groups
+
+
+def merge_junit(parts: list[Path], target: Path) -> None:
+    """Write the ``<testsuite>`` elements of several junit XML files into one file."""
+    import xml.etree.ElementTree as ElementTree
+
+    merged = ElementTree.Element("testsuites")
+    for part in parts:
+        if part.exists():
+            merged.extend(ElementTree.parse(part).getroot().iter("testsuite"))
+    ElementTree.ElementTree(merged).write(target, encoding="utf-8", xml_declaration=True)
+
+
+@nox.session
+@nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in TORCH_RELEASES])
+@timed
+def torch_versions(session: nox.Session, release: str) -> None:
+    """A subset touching every torch API accel uses, on the newest and the oldest declared torch.
+
+    The subset (``constraints/torch-versions-subset.txt``) runs one pytest per test folder; the
+    counts of each are printed at the end. The oldest leg first checks that every package's
+    ``torch>=`` equals the torch it tests.
+    """
+    version = pinned_torch(release)
+    if release == "oldest":
+        minor = ".".join(version.split(".")[:2])  # torch==2.6.0 is what torch>=2.6 resolves to
+        bounds = declared_torch_bounds()
+        if set(bounds.values()) != {minor} or set(bounds) != set(PACKAGES):
+            session.error(
+                f"constraints/{TORCH_RELEASES[release]} pins torch=={version}, but the packages "
+                f"declare {bounds}: make every pyproject say torch>={minor} (what this leg "
+                "tests), or pin the oldest torch they declare"
+            )
+    session.install(
+        "-c",
+        torch_release_constraints(session, release),
+        *package_targets(PACKAGES),
+        *TEST_TOOLS,
+        "scikit-learn",
+    )
+    found = session.run(
+        "python", "-c", "import torch; print(torch.__version__)", silent=True, env=cpu_env(session)
+    )
+    if found is not None and str(found).strip().split("+")[0] != version:  # None: --install-only
+        session.error(f"torch_versions({release}): the venv has torch {found!r}, not {version}")
+    remove_stale_build_locks(session)
+    tmp = Path(session.create_tmp())
+    parts: list[Path] = []
+    try:
+        for folder, node_ids in torch_subset_groups().items():
+            label = folder.parent.name if folder.name == "tests" else folder.name
+            parts.append(tmp / f"junit-{label}.xml")
+            parts[-1].unlink(missing_ok=True)
+            session.run(
+                "pytest",
+                *node_ids,
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={parts[-1]}",
+                *session.posargs,
+                env=cpu_env(session),
+            )
+    finally:
+        JUNIT_DIR.mkdir(parents=True, exist_ok=True)
+        merge_junit(parts, junit_path(session))
+        for part in parts:
+            counts = session_times.read_junit_counts(part) if part.exists() else None
+            label = part.stem.removeprefix("junit-")
+            session.log(f"torch {version}: {label}: {counts} (passed/failed/skipped)")
+
+
 # What Accelerate's shipped test scripts import besides accel (scripts/peer_scripts.py): pytest
 # (test_notebook.py), numpy, and the Hugging Face libraries of external_deps/test_metrics.py,
 # pinned so the session is the same on every machine. pip downloads the pinned Accelerate wheel.

@@ -282,6 +282,17 @@ def layouts_job(checkpoint: str) -> dict[str, Any]:
     return results
 
 
+def _mesh_groups(parallel_mesh: Any) -> list[Any]:
+    """Every process group of a ``ParallelMesh``: its world mesh's registry (torch >= 2.10
+    keeps them there), else each dimension's group of the world and flattened meshes."""
+    world = parallel_mesh.world_mesh
+    registry = getattr(world, "_pg_registry", None)
+    if isinstance(registry, dict):
+        return list(registry.values())
+    meshes = [world, *parallel_mesh._flattened.values()]
+    return [mesh.get_group(dim) for mesh in meshes for dim in range(mesh.ndim)]
+
+
 def groups_alive_after_exit_hooks() -> int:
     """Run the exit hooks now: how many process groups of the job's meshes stay alive.
 
@@ -297,9 +308,7 @@ def groups_alive_after_exit_hooks() -> int:
     from accel_state import device_mesh
 
     groups = [dist.group.WORLD] + [
-        group
-        for mesh in list(device_mesh._BUILT)
-        for group in mesh.world_mesh._pg_registry.values()
+        group for mesh in list(device_mesh._BUILT) for group in _mesh_groups(mesh)
     ]
     refs = [weakref.ref(group) for group in groups]
     del groups
@@ -316,11 +325,11 @@ FP8_SIZES = {"dim": 32, "heads": 2, "hidden": 64}
 def fp8_with_tensor_parallelism() -> dict[str, Any] | None:
     """fp8 (torchao) on dp_shard 2 x tp 2: converted first, then split, then sharded; one epoch.
 
-    ``None`` when torchao is not installed.
+    ``None`` when fp8 through torchao cannot run here (``torchao_skip_reason``).
     """
-    import importlib.util
+    from torch_support import torchao_skip_reason
 
-    if importlib.util.find_spec("torchao") is None:
+    if torchao_skip_reason() is not None:
         return None
     from torch.distributed.tensor import DTensor
 

@@ -14,18 +14,15 @@ import sys
 import fp8_workers
 import pytest
 import torch
+from torch_support import torchao_skip_reason
 
 from accel import Accelerator
 from accel.fp8 import AORecipeKwargs
 from accel_ckpt import load_checkpoint_in_model
 from accel_state.testing import spawn_workers
 
-pytest.importorskip(
-    "torchao",
-    reason="fp8 tests need an importable torchao: accel[test] installs it; torchao 0.18 does not "
-    "import with the xla leg's torch 2.9",
-    exc_type=ImportError,
-)
+if (_SKIP_REASON := torchao_skip_reason()) is not None:  # the xla leg's torch 2.9, say
+    pytest.skip(_SKIP_REASON, allow_module_level=True)
 
 # Hang guards only: on a loaded 2-core machine these multi-process jobs may take minutes.
 pytestmark = pytest.mark.timeout(900)

@@ -7,6 +7,7 @@ falls back to bf16 silently. Also: recipe validation and the launcher's fp8 sett
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -23,9 +24,11 @@ from accel.fp8 import (
     check_cuda_fp8_capability,
     make_fp8_precision,
 )
+from accel.fp8.ao import TORCHAO_MIN_TORCH
 from accel.fp8.msamp import MSAMPPrecision
 from accel.fp8.setup import FP8Setup
 from accel.fp8.transformer_engine import TEPrecision
+from accel.utils.imports import is_torch_version
 from accel_state import DistributedType
 from accel_state import contract as names
 
@@ -62,6 +65,21 @@ def test_missing_torchao_names_the_extra(monkeypatch):
     # With no fp8 engine at all, the automatic choice says what to install.
     with pytest.raises(UnsupportedFeatureError, match=r"none is installed.*accel\[fp8\]"):
         Accelerator(mixed_precision="fp8")
+
+
+def test_torchao_on_a_torch_older_than_it_supports_names_both_versions(monkeypatch):
+    """torchao 0.18 fails inside its own import on torch < 2.11 (an AttributeError): refused
+    first, naming the torch it needs, the torch found and the way out. On a torch that torchao
+    supports, an older one is pretended; on an older one (nox -s torch_versions) it is real."""
+    if importlib.util.find_spec("torchao") is None:  # not imported: it fails on an older torch
+        pytest.skip("needs torchao installed (accel[test] installs it)")
+    if is_torch_version(">=", TORCHAO_MIN_TORCH):
+        monkeypatch.setattr(torch, "__version__", "2.6.0")
+    with pytest.raises(UnsupportedFeatureError) as caught:
+        Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs()])
+    message = str(caught.value)
+    assert f"torch>={TORCHAO_MIN_TORCH}" in message and f"torch {torch.__version__}" in message
+    assert "bf16" in message
 
 
 def test_deepspeed_and_xla_with_fp8_are_refused():

@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+from torch_support import torchao_skip_reason
 
 from accel import Accelerator, AutocastKwargs, GradScalerKwargs
 
@@ -89,7 +90,8 @@ def test_fp16_clip_grad_norm_unscales_first():
 
 
 def test_fp8_uses_torchao_with_bf16_autocast_for_the_rest():
-    pytest.importorskip("torchao", reason="fp8 needs torchao (accel[test] installs it)")
+    if (reason := torchao_skip_reason()) is not None:
+        pytest.skip(reason)
     accelerator = Accelerator(mixed_precision="fp8", cpu=True)
     assert accelerator.mixed_precision == "fp8" and accelerator.native_amp
     assert accelerator.fp8_backend.value == "AO"

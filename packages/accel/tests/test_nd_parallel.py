@@ -19,6 +19,7 @@ from pathlib import Path
 import nd_workers
 import pytest
 import torch
+from torch_support import torchao_skip_reason
 
 from accel import (
     Accelerator,
@@ -153,7 +154,7 @@ def test_fp8_layers_are_converted_before_tensor_parallelism_splits_them(layouts)
     the float32 one-process run."""
     fp8 = layouts[0]["fp8"]
     if fp8 is None:
-        pytest.skip("torchao is not installed (pip install 'accel[fp8]')")
+        pytest.skip(torchao_skip_reason() or "the workers found no usable torchao")
     assert fp8["up_kind"] == "Float8Linear"
     assert fp8["up_mesh"] == ["dp_shard_cp", "tp"]  # FSDP's shard dimension x the tp split
     fp32 = nd_workers.reference(epochs=1, **nd_workers.FP8_SIZES)["losses"]

@@ -25,6 +25,7 @@ from accel.fp8.capability import fp8_device_problem, require_package
 from accel.fp8.recipes import AORecipeKwargs
 from accel.placement import ParameterMoves
 from accel.precision import BF16Precision
+from accel.utils.imports import is_torch_version
 from accel_state import PrecisionType
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 #: ``torch._scaled_mm`` needs both dimensions of each operand divisible by 16.
 FP8_DIM_MULTIPLE = 16
 TORCHAO_INSTALL = "pip install 'accel[fp8]' (or pip install 'torchao>=0.18,<0.19')"
+#: The oldest torch that torchao 0.18 (the release ``accel[fp8]`` pins) supports: it says so when
+#: it loads, and older torch releases lack APIs it calls at import (an AttributeError there).
+TORCHAO_MIN_TORCH = "2.11"
 ModuleFilter = Callable[[torch.nn.Module, str], bool]
 
 
@@ -81,9 +85,16 @@ def _require_torchao() -> str:
         UnsupportedFeatureError: torchao is missing, or built for another torch release.
     """
     version = require_package("torchao", "torchao", "torchao (AO)", TORCHAO_INSTALL)
+    if not is_torch_version(">=", TORCHAO_MIN_TORCH):
+        raise UnsupportedFeatureError(
+            f"mixed_precision='fp8' with torchao needs torch>={TORCHAO_MIN_TORCH} (torchao "
+            f"{version}, the release accel[fp8] pins, supports no older torch); this is torch "
+            f"{torch.__version__}. Upgrade torch (pip install 'torch>={TORCHAO_MIN_TORCH}'), or "
+            "train with mixed_precision='bf16'."
+        )
     try:
         import torchao.float8  # noqa: F401 - the import is the check
-    except ImportError as error:
+    except (ImportError, AttributeError) as error:  # AttributeError: an API this torch lacks
         raise UnsupportedFeatureError(
             f"mixed_precision='fp8' with torchao: torchao {version} does not import with torch "
             f"{torch.__version__} ({error}). Install the torchao release made for this torch "
