@@ -87,6 +87,7 @@ nox.options.sessions = [
     "ecosystem",
     "slurm",
     "ray",
+    "torch_versions",
     "ci_times",
 ]
 
