@@ -10,6 +10,7 @@ worker's environment and reads them back where accel's own variable is absent.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -99,22 +100,40 @@ def accelerate_variables(contract: LaunchContract) -> dict[str, str]:
     return env
 
 
+def _setting(raw: str) -> Any:
+    """A variable's text as the setting it holds: ``true``/``false``, an integer, or the text."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return int(raw) if raw.isdigit() else raw
+
+
+def accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Accelerate's ``FSDP_*`` variables (``FSDP_SHARDING_STRATEGY=FULL_SHARD``...) as ``fsdp_*`` keys."""
+    renamed = {name: key for key, name in _FSDP_RENAMES.items()}
+    config: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith("FSDP_") or raw.strip() == "":
+            continue
+        key = renamed.get(name, "fsdp_" + name.removeprefix("FSDP_").lower())
+        config[key] = _setting(raw.strip())
+    return config
+
+
 def accelerate_deepspeed_config(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Accelerate's ``ACCELERATE_DEEPSPEED_*`` variables as the launcher's DeepSpeed settings."""
+    """Accelerate's ``ACCELERATE_DEEPSPEED_*`` variables as the launcher's DeepSpeed settings.
+
+    ``ACCELERATE_GRADIENT_ACCUMULATION_STEPS`` is left out: the contract reads it for every
+    strategy.
+    """
     config: dict[str, Any] = {}
     for key, name in _DEEPSPEED_VARIABLES.items():
         raw = environ.get(name, "").strip()
-        if not raw or (key == "gradient_accumulation_steps"):
+        if not raw or key == "gradient_accumulation_steps":
             continue
-        value: Any = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        elif raw.isdigit():
-            value = int(raw)
-        elif key == "gradient_clipping":
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
+        value = _setting(raw)
+        if key == "gradient_clipping" and isinstance(value, str):
+            # Text that is not a number stays text: the DeepSpeed strategy names the bad value.
+            with contextlib.suppress(ValueError):
+                value = float(value)
         config[key] = value
     return config

@@ -199,24 +199,6 @@ def _read_json_object(environ: Mapping[str, str], name: str) -> dict[str, Any]:
     return value
 
 
-def _accelerate_fsdp_config(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Accelerate's launcher variables (``FSDP_SHARDING_STRATEGY=FULL_SHARD``...) as ``fsdp_*`` keys."""
-    config: dict[str, Any] = {}
-    for name, raw in environ.items():
-        if not name.startswith("FSDP_") or raw.strip() == "":
-            continue
-        key = "fsdp_" + name.removeprefix("FSDP_").lower()
-        if key == "fsdp_transformer_cls_to_wrap":
-            key = "fsdp_transformer_layer_cls_to_wrap"
-        value: Any = raw.strip()
-        if value.lower() in ("true", "false"):
-            value = value.lower() == "true"
-        elif value.isdigit():
-            value = int(value)
-        config[key] = value
-    return config
-
-
 def _first_set(environ: Mapping[str, str], own: str, accelerate: str) -> str:
     """``own`` (accel's variable) when it holds a value, else Accelerate's spelling ``accelerate``."""
     return own if environ.get(own, "").strip() else accelerate
@@ -392,7 +374,8 @@ class LaunchContract:
             deepspeed_config=_read_json_object(env, DEEPSPEED_CONFIG)
             or accelerate_env.accelerate_deepspeed_config(env),
             use_fsdp=use_fsdp,
-            fsdp_config=_read_json_object(env, FSDP_CONFIG) or _accelerate_fsdp_config(env),
+            fsdp_config=_read_json_object(env, FSDP_CONFIG)
+            or accelerate_env.accelerate_fsdp_config(env),
             backend=backend,
             process_group_timeout=_read_positive_float(env, PROCESS_GROUP_TIMEOUT),
             downcast_bf16=read_bool(env, DOWNCAST_BF16),
