@@ -27,21 +27,14 @@ import time
 from typing import Any
 
 import torch
-from bench_fsdp import batches, loss_of, make_model, state_bytes
+from bench_fsdp import accel_prepared, batches, loss_of, state_bytes
 
-from accel import Accelerator, FullyShardedDataParallelPlugin
 from accel_state.testing import spawn_workers
 
 
 def worker(rounds: int, dim: int, steps: int, folder: str) -> dict[str, Any]:
     """Every rank: timings per round (the first round of each kind is a warm-up)."""
-    plugin = FullyShardedDataParallelPlugin(
-        auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
-    )
-    accelerator = Accelerator(fsdp_plugin=plugin)
-    model = make_model(dim)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator, model, optimizer = accel_prepared(dim)
     data = batches(8, accelerator.process_index)
     position = 0
 

@@ -116,8 +116,8 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int
     return total
 
 
-def prepared(dim: int) -> tuple[Accelerator, torch.nn.Module, Any, torch.nn.Module, Any]:
-    """An Accelerator-prepared model and a hand-sharded twin, each with an AdamW optimizer."""
+def accel_prepared(dim: int) -> tuple[Accelerator, torch.nn.Module, Any]:
+    """The model sharded by an FSDP Accelerator (one unit per ``Block``), with AdamW."""
     plugin = FullyShardedDataParallelPlugin(
         auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
     )
@@ -125,6 +125,12 @@ def prepared(dim: int) -> tuple[Accelerator, torch.nn.Module, Any, torch.nn.Modu
     model = make_model(dim)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, optimizer
+
+
+def prepared(dim: int) -> tuple[Accelerator, torch.nn.Module, Any, torch.nn.Module, Any]:
+    """An Accelerator-prepared model and a hand-sharded twin, each with an AdamW optimizer."""
+    accelerator, model, optimizer = accel_prepared(dim)
     hand_model, hand_optimizer = hand_setup(dim)
     return accelerator, model, optimizer, hand_model, hand_optimizer
 
