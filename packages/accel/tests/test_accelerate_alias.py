@@ -84,6 +84,22 @@ def test_the_alias_serves_accels_own_modules() -> None:
     assert result["pickled"] == "NO"
 
 
+def test_a_removed_facade_comes_back_whole() -> None:
+    """Importing ``accelerate`` again after ``sys.modules`` lost it gives the facade, not a blank."""
+    completed = run_python(
+        """
+        import sys
+        import accel
+        accel.install_as_accelerate()
+        del sys.modules["accelerate"]
+        import accelerate
+        print(accelerate.__version__, accelerate.Accelerator is accel.Accelerator)
+        """
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == [ALIAS_VERSION, "True"]
+
+
 @pytest.mark.parametrize("early", ["transformers", "accelerate"])
 def test_too_late_is_an_error_that_says_what_to_do(early: str) -> None:
     """After transformers (or a real accelerate) is imported, the alias refuses, naming it."""

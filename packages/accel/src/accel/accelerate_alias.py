@@ -49,10 +49,14 @@ def _truthy(raw: str | None) -> bool:
 
 
 class _FacadeLoader(importlib.abc.Loader):
-    """Loader of the ``accelerate`` facade module (already built; nothing to execute)."""
+    """Loader of the ``accelerate`` facade module (built whole; nothing to execute).
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return sys.modules.get("accelerate")
+    Used when ``accelerate`` is imported while the finder is installed but the facade is not in
+    ``sys.modules`` (someone removed it): a new facade, never an empty module.
+    """
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _build_facade()
 
     def exec_module(self, module: types.ModuleType) -> None:
         return None
