@@ -42,11 +42,14 @@ def test_flags_win_over_pet_variables():
     assert plan.num_processes == 4  # the rest still from PET_*
 
 
-def test_named_process_counts_fall_back_to_accels_default_and_ranges_are_refused():
+def test_named_process_counts_fall_back_to_accels_default_and_ranges_are_elastic():
     plan = plan_with({**PET, "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "0"})
     assert plan.num_machines == 2 and plan.num_processes == 2  # no GPU: one per machine
-    with pytest.raises(LaunchArgumentError, match=r"PET_NNODES='1:4'.*--num_machines"):
-        plan_with({**PET, "PET_NNODES": "1:4"})
+    elastic = plan_with({**PET, "PET_NNODES": "1:4", "PET_NODE_RANK": "0"})
+    assert (elastic.min_machines, elastic.num_machines, elastic.rdzv_backend) == (1, 4, "c10d")
+    assert elastic.num_processes == 8 and elastic.nproc_per_node == 2
+    with pytest.raises(LaunchArgumentError, match=r"PET_NNODES='4:1'.*--num_machines"):
+        plan_with({**PET, "PET_NNODES": "4:1"})
     with pytest.raises(LaunchArgumentError, match=r"PET_NODE_RANK='x'.*--machine_rank"):
         plan_with({**PET, "PET_NODE_RANK": "x"})
 

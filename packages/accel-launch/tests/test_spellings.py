@@ -23,6 +23,8 @@ def _value(action: argparse.Action) -> list[str]:
         return ["1.5"]
     if action.metavar == "{true,false}":
         return ["true"]
+    if action.metavar == "N|MIN:MAX":
+        return ["2:3"]
     return ["value"]
 
 

@@ -116,6 +116,54 @@ def typed_value(args: argparse.Namespace, name: str) -> Any:
     return value
 
 
+def parse_machine_count(text: str) -> tuple[int | None, int]:
+    """``"3"`` -> ``(None, 3)``; torchrun's ``"2:3"`` -> ``(2, 3)`` (fewest, most machines).
+
+    Raises:
+        argparse.ArgumentTypeError: Not ``N`` or ``MIN:MAX`` with ``1 <= MIN <= MAX``.
+    """
+    low, sep, high = text.strip().partition(":")
+    parts = [low, high] if sep else [low]
+    if not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a machine count: write N (e.g. 2) or an elastic range MIN:MAX "
+            "(e.g. 2:3, as torchrun's --nnodes)"
+        )
+    numbers = [int(part) for part in parts]
+    if min(numbers) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: machine counts start at 1")
+    if not sep:
+        return None, numbers[0]
+    if numbers[0] > numbers[1]:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: MIN ({numbers[0]}) is above MAX ({numbers[1]}); write "
+            f"{numbers[1]}:{numbers[0]}"
+        )
+    return numbers[0], numbers[1]
+
+
+class _MachineCountAction(argparse.Action):
+    """``--num_machines N`` or ``MIN:MAX``: sets ``num_machines`` (MAX) and ``min_num_machines``.
+
+    ``N`` sets both to ``N``, so a typed fixed count replaces a range from the config file.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            fewest, most = parse_machine_count(str(values))
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentError(self, str(error)) from None
+        namespace.num_machines = most
+        # A typed fixed count also replaces a range from the config file.
+        namespace.min_num_machines = most if fewest is None else fewest
+
+
 def _bool_flag(group: Any, name: str, help_text: str) -> None:
     """A flag taking an explicit value, as Accelerate's ``--fsdp_offload_params true``."""
     _add(group, name, type=_bool_arg, metavar="{true,false}", help=help_text)
@@ -167,7 +215,21 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         type=int,
         help="Processes in TOTAL across all machines (each runs num_processes // num_machines).",
     )
-    _add(resources, "--num_machines", type=int, help="Machines taking part.")
+    _add(
+        resources,
+        "--num_machines",
+        action=_MachineCountAction,
+        metavar="N|MIN:MAX",
+        help="Machines taking part (one `accel launch` per machine). MIN:MAX (torchrun's --nnodes "
+        "MIN:MAX) makes the job elastic: it starts once MIN machines joined the c10d rendezvous "
+        "at --main_process_ip:--main_process_port (MAX at once if they come within the "
+        "rendezvous' last_call_timeout), and with --max_restarts a machine lost for good is left "
+        "out: the others restart on MIN..MAX-1 machines, and a machine started later is taken in. "
+        "Ranks are assigned by the rendezvous (no --machine_rank); --num_processes counts the "
+        "processes at MAX machines. Tune detection with --rdzv_conf, e.g. "
+        "last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=5,join_timeout=300.",
+    )
+    parser.set_defaults(min_num_machines=None)
     _add(
         resources,
         "--num_cpu_threads_per_process",

@@ -73,6 +73,7 @@ def flags_to_config(args: argparse.Namespace) -> AccelConfig:
             "mixed_precision",
             "num_processes",
             "num_machines",
+            "min_num_machines",
             "machine_rank",
             "gpu_ids",
             "main_process_ip",

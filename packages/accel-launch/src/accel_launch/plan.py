@@ -29,6 +29,7 @@ from accel_launch.config.schema import AccelConfig
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
+from accel_launch.launch_args import typed_value
 from accel_launch.overlay import flags_to_config
 from accel_launch.torchrun_env import torchrun_env_config
 from accel_state.contract import AS_ACCELERATE, LaunchContract
@@ -50,6 +51,9 @@ class LaunchPlan:
         target_args: Arguments for the target.
         num_processes: Processes in total (``None`` on XLA: every local device).
         nproc_per_node: Processes on this machine.
+        num_machines: Machines taking part; with :attr:`min_machines` below it, the most.
+        min_machines: Fewest machines an elastic job (``--num_machines MIN:MAX``, c10d) runs or
+            continues on; ``None`` when the count is fixed.
         rdzv_endpoint: ``host:port`` of the rendezvous (port 0: picked at start).
         uses_gpus: Whether the workers run on GPUs (then NCCL: torch's Flight Recorder is on).
         env: Variables added to the workers' environment (contract, threads, GPU selection).
@@ -63,6 +67,7 @@ class LaunchPlan:
     no_python: bool = False
     num_processes: int | None = 1
     num_machines: int = 1
+    min_machines: int | None = None
     machine_rank: int = 0
     nproc_per_node: int = 1
     rdzv_backend: str = "static"
@@ -81,6 +86,11 @@ class LaunchPlan:
     contract: LaunchContract = dataclasses.field(default_factory=LaunchContract)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+
+    @property
+    def min_nodes(self) -> int:
+        """The ``min_nodes`` of torch elastic: :attr:`min_machines`, or the fixed machine count."""
+        return self.num_machines if self.min_machines is None else self.min_machines
 
     def python_command(self, record_failures: bool = False) -> list[str]:
         """The command one worker runs: ``python -u script.py args`` (or ``-m``, or the program).
@@ -463,6 +473,73 @@ def _check_gpus_suffice(
     )
 
 
+def _min_machines(config: AccelConfig, most: int) -> int | None:
+    """The fewest machines of an elastic range (``--num_machines MIN:MAX``); ``None``: fixed.
+
+    Raises:
+        LaunchArgumentError: ``min_num_machines`` is above ``num_machines`` (config file).
+    """
+    fewest = config.min_num_machines
+    if fewest is None or fewest == most:
+        return None
+    if fewest > most:
+        raise LaunchArgumentError(
+            f"min_num_machines {fewest} is above num_machines {most}: an elastic job runs on "
+            f"MIN..MAX machines. Pass --num_machines {most}:{fewest} (or fix the config file)."
+        )
+    return fewest
+
+
+def _elastic_machine_rank(
+    args: argparse.Namespace, config: AccelConfig, kind: DistributedType | None, notes: list[str]
+) -> int:
+    """An elastic range has no machine ranks of its own: the c10d rendezvous assigns them.
+
+    Raises:
+        LaunchArgumentError: ``--machine_rank`` was typed, or the job is an XLA one.
+    """
+    span = f"{config.min_num_machines}:{config.num_machines}"
+    if kind is DistributedType.XLA:
+        raise LaunchArgumentError(
+            f"--num_machines {span} is an elastic range (torch elastic); XLA launches "
+            "(--tpu) run a fixed number of machines. Pass --num_machines N."
+        )
+    typed_rank = typed_value(args, "machine_rank")
+    if typed_rank is not None:
+        raise LaunchArgumentError(
+            f"--machine_rank {typed_rank} means nothing with --num_machines {span}: the "
+            "c10d rendezvous numbers the machines as they join (and again after one is lost). "
+            "Drop --machine_rank, or pass a fixed --num_machines N with it."
+        )
+    if config.machine_rank:
+        notes.append(
+            f"machine_rank {config.machine_rank} from the config file is ignored: with "
+            f"--num_machines {span} the c10d rendezvous assigns the machine ranks"
+        )
+    return 0
+
+
+def _elastic_backend(args: argparse.Namespace, config: AccelConfig, notes: list[str]) -> str:
+    """An elastic range rendezvouses through c10d (the static rendezvous has fixed ranks).
+
+    Raises:
+        LaunchArgumentError: ``--rdzv_backend static`` was typed with a range.
+    """
+    span = f"{config.min_num_machines}:{config.num_machines}"
+    if typed_value(args, "rdzv_backend") == "static":
+        raise LaunchArgumentError(
+            f"--num_machines {span} needs the c10d rendezvous (machines join and leave; the "
+            "static one has a fixed machine count and ranks). Pass --rdzv_backend c10d, or a "
+            "fixed --num_machines N."
+        )
+    if config.rdzv_backend == "static":
+        notes.append(
+            f"rdzv_backend static from the config file is replaced by c10d: --num_machines {span} "
+            "is an elastic range"
+        )
+    return "c10d"
+
+
 def build_plan(
     args: argparse.Namespace,
     file_config: AccelConfig | None = None,
@@ -490,7 +567,10 @@ def build_plan(
     notes = [*pet_notes, *_ignored_section_notes(config, kind)]
     use_cpu = bool(config.use_cpu) or kind is DistributedType.MULTI_CPU
     num_machines = config.num_machines or 1
+    min_machines = _min_machines(config, num_machines)
     machine_rank = config.machine_rank or 0
+    if min_machines is not None:
+        machine_rank = _elastic_machine_rank(args, config, kind, notes)
     if machine_rank >= num_machines:
         raise LaunchArgumentError(
             f"--machine_rank {machine_rank} must be below --num_machines {num_machines} "
@@ -507,6 +587,13 @@ def build_plan(
             )
     per_node = 1
     if num_processes is not None:
+        if num_processes % num_machines and min_machines is not None:
+            raise LaunchArgumentError(
+                f"--num_processes {num_processes} is not a multiple of the most machines of "
+                f"--num_machines {min_machines}:{num_machines}: with an elastic range it counts "
+                f"the processes at {num_machines} machines (every machine runs the same number). "
+                f"Pass e.g. --num_processes {num_machines * max(1, num_processes // num_machines)}."
+            )
         if num_processes % num_machines:
             raise LaunchArgumentError(
                 f"--num_processes {num_processes} is not a multiple of --num_machines "
@@ -516,7 +603,9 @@ def build_plan(
             )
         per_node = num_processes // num_machines
     _check_gpus_suffice(per_node, gpus, kind, config.gpu_ids)
-    _check_parallelism(config, kind, num_processes)
+    for machines in range(min_machines or num_machines, num_machines + 1):
+        # An elastic job may run on any machine count of its range.
+        _check_parallelism(config, kind, None if num_processes is None else per_node * machines)
     if num_machines > 1 and not config.main_process_ip:
         raise LaunchArgumentError(
             f"--num_machines {num_machines} needs --main_process_ip: the address of machine 0, "
@@ -545,6 +634,8 @@ def build_plan(
         mode = ELASTIC
 
     rdzv_backend = config.rdzv_backend or "static"
+    if min_machines is not None:
+        rdzv_backend = _elastic_backend(args, config, notes)
     rdzv_conf = parse_rdzv_conf(config.rdzv_conf)
     host = config.main_process_ip or "127.0.0.1"
     if num_machines == 1:
@@ -577,6 +668,7 @@ def build_plan(
         no_python=bool(args.no_python),
         num_processes=num_processes,
         num_machines=num_machines,
+        min_machines=min_machines,
         machine_rank=machine_rank,
         nproc_per_node=per_node,
         rdzv_backend=rdzv_backend,

@@ -39,17 +39,21 @@ def _integer(environ: Mapping[str, str], name: str, minimum: int, fix: str) -> i
     return value
 
 
-def _nodes(environ: Mapping[str, str]) -> int | None:
-    """``PET_NNODES``: ``N``, or torchrun's ``MIN:MAX`` when both are the same."""
+def _nodes(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """``PET_NNODES``: ``N``, or torchrun's elastic ``MIN:MAX`` -> ``(MIN, MAX)`` (``MIN`` None)."""
     text = environ.get(NNODES, "").strip()
-    low, _, high = text.partition(":")
-    if high and low.strip() != high.strip():
+    low, sep, high = text.partition(":")
+    fix = "or pass --num_machines."
+    if not sep:
+        return None, _integer({NNODES: low}, NNODES, 1, fix)
+    fewest = _integer({NNODES: low}, NNODES, 1, fix)
+    most = _integer({NNODES: high}, NNODES, 1, fix)
+    if fewest is None or most is None or fewest > most:
         raise LaunchArgumentError(
-            f"{NNODES}={text!r} asks for an elastic range of machines, which accel launch does "
-            "not run: set a fixed count (PET_NNODES=N, in Kubeflow the job's numNodes) or pass "
-            "--num_machines."
+            f"{NNODES}={text!r} is not a machine range MIN:MAX with 1 <= MIN <= MAX (torchrun's "
+            f"variable, set by Kubeflow's operator); {fix}"
         )
-    return _integer({NNODES: low}, NNODES, 1, "or pass --num_machines.")
+    return fewest, most
 
 
 def torchrun_env_config(environ: Mapping[str, str]) -> tuple[AccelConfig, list[str]]:
@@ -58,13 +62,14 @@ def torchrun_env_config(environ: Mapping[str, str]) -> tuple[AccelConfig, list[s
     Raises:
         LaunchArgumentError: A variable holds something torchrun would refuse too.
     """
-    nodes = _nodes(environ)
+    fewest, nodes = _nodes(environ)
     per_node_text = environ.get(NPROC_PER_NODE, "").strip()
     per_node = None
     if per_node_text and per_node_text.lower() not in NAMED_PROCESS_COUNTS:
         per_node = _integer(environ, NPROC_PER_NODE, 1, "or pass --num_processes.")
     settings = {
         "num_machines": nodes,
+        "min_num_machines": fewest,
         "num_processes": per_node * (nodes or 1) if per_node is not None else None,
         "machine_rank": _integer(environ, NODE_RANK, 0, "or pass --machine_rank."),
         "main_process_ip": environ.get(MASTER_ADDR, "").strip() or None,
@@ -72,15 +77,18 @@ def torchrun_env_config(environ: Mapping[str, str]) -> tuple[AccelConfig, list[s
     }
     names = {
         "num_machines": NNODES,
+        "min_num_machines": NNODES,
         "num_processes": NPROC_PER_NODE,
         "machine_rank": NODE_RANK,
         "main_process_ip": MASTER_ADDR,
         "main_process_port": MASTER_PORT,
     }
-    used = [
-        f"{names[key]}={environ[names[key]]}"
-        for key, value in settings.items()
-        if value is not None
-    ]
+    used = list(
+        dict.fromkeys(
+            f"{names[key]}={environ[names[key]]}"
+            for key, value in settings.items()
+            if value is not None
+        )
+    )
     notes = [f"read torchrun's variables (Kubeflow): {', '.join(used)}"] if used else []
     return AccelConfig(**settings), notes  # type: ignore[arg-type]

@@ -425,7 +425,10 @@ class AccelConfig(Section):
     use_cpu: bool | None = _opt(parse_bool, "run on the CPU even when an accelerator exists")
     debug: bool | None = _opt(parse_bool, "check collectives across ranks before running them")
     num_processes: int | None = _opt(int_parser(1), "processes in total, across all machines")
-    num_machines: int | None = _opt(int_parser(1), "machines taking part")
+    num_machines: int | None = _opt(int_parser(1), "machines taking part (the most, if elastic)")
+    min_num_machines: int | None = _opt(
+        int_parser(1), "elastic jobs (c10d): fewest machines the job runs or continues on"
+    )
     machine_rank: int | None = _opt(int_parser(0), "index of this machine (0 hosts the store)")
     gpu_ids: str | None = _opt(parse_csv, "GPU ids to use on this machine, or 'all'")
     main_process_ip: str | None = _opt(parse_str, "address of machine 0")

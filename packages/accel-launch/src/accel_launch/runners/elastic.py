@@ -7,6 +7,17 @@ through its own stderr (or the ``--tee`` log files); the launcher then prints wh
 and, side by side, the collective each rank waited in or last entered (from the workers' error
 files, or torch's Flight Recorder dumps on GPUs).
 
+Elastic membership (``--num_machines MIN:MAX``, c10d rendezvous, torch 2.13): the launcher that
+first binds ``--main_process_ip:--main_process_port`` hosts the rendezvous store for the whole job,
+so the job lives as long as that launcher does. When another machine is lost for good, its peers'
+collectives fail, their agents restart the workers (one of ``--max_restarts``) and rejoin the
+rendezvous; the next round opens once the lost launcher's keep-alive has expired
+(``keep_alive_interval`` x ``keep_alive_max_attempt`` seconds, 5 x 3 by default) and closes
+``last_call_timeout`` seconds (30 by default) after MIN machines joined, or at once with MAX.
+Ranks are renumbered 0..n-1 in each round. If the store host itself is lost, the others cannot
+rendezvous again and fail with a rendezvous connection error: relaunch them (fewer, with
+``--num_machines MIN:MAX`` unchanged) and the scripts resume from their newest checkpoint.
+
 SIGTERM (what schedulers send before a kill) is forwarded to every worker by torch's agent, which
 gives them ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (default 30) to save and exit; the launcher
 then exits with :data:`accel_state.contract.REQUEUE_EXIT_CODE` (75), asking the scheduler to
@@ -95,7 +106,7 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
     if plan.rdzv_backend == "static":
         rdzv_configs["rank"] = plan.machine_rank
     return LaunchConfig(
-        min_nodes=plan.num_machines,
+        min_nodes=plan.min_nodes,
         max_nodes=plan.num_machines,
         nproc_per_node=plan.nproc_per_node,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, tee=tee),
@@ -211,6 +222,8 @@ def run_elastic(plan: LaunchPlan) -> int:
             if plan.num_machines > 1
             else ""
         )
+        if plan.min_machines is not None:
+            where = f" on one of {plan.min_machines} to {plan.num_machines} machines (elastic)"
         print(
             f"accel launch: starting {plan.nproc_per_node} process(es){where} "
             f"({plan.rdzv_backend} rendezvous at {plan.rdzv_endpoint})",
