@@ -247,10 +247,17 @@ def test_launcher_accumulation_steps_unless_explicit(monkeypatch):
     assert Accelerator(cpu=True, gradient_accumulation_steps=5).gradient_accumulation_steps == 5
 
 
-def test_launcher_fsdp_in_a_single_process_is_refused(monkeypatch):
+def test_launcher_fsdp_in_a_single_process_runs_on_a_group_of_one(monkeypatch):
+    import torch.distributed as dist
+
+    from accel_state import reset_state
+
     monkeypatch.setenv("ACCEL_USE_FSDP", "1")
-    with pytest.raises(AcceleratorConfigError, match=r"FSDP .*needs a process group"):
-        Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.distributed_type.value == "FSDP"
+    assert dist.is_initialized() and dist.get_world_size() == 1
+    reset_state()
+    assert not dist.is_initialized()
 
 
 def test_unwrap_through_compile():

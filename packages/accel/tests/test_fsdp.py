@@ -128,9 +128,22 @@ def test_launcher_keys_map_to_fsdp2_and_fsdp1_settings():
     assert mine.state_dict_type == "SHARDED_STATE_DICT"
 
 
-def test_fsdp_in_a_single_process_is_refused():
-    with pytest.raises(AcceleratorConfigError, match=r"needs a process group.*--num_processes"):
-        Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+def test_fsdp_in_a_single_process_starts_a_group_of_one_that_reset_stops():
+    import torch.distributed as dist
+
+    from accel_state import reset_state
+
+    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+    assert dist.is_initialized() and dist.get_world_size() == 1
+    assert accelerator.distributed_type.value == "FSDP"
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.backward(model(torch.ones(3, 4)).sum())
+    optimizer.step()
+    assert type(model).__name__.startswith("FSDP")
+    reset_state()
+    assert not dist.is_initialized()
 
 
 @pytest.mark.cuda

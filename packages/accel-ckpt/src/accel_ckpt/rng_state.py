@@ -69,6 +69,35 @@ def restore_rng_states(states: dict[str, Any], where: str) -> None:
             logger.info("%s holds an XLA RNG state but torch_xla is not installed; skipped.", where)
 
 
+def derive_rng_states(states: dict[str, Any], rank: int, where: str) -> int:
+    """Give process ``rank`` a stream of its own from another process's saved states.
+
+    For a process that has no saved RNG state (a checkpoint saved by fewer processes): restore
+    ``states`` (those of process ``rank % N``), draw a 62-bit number from the restored torch
+    generator, hash it with ``rank`` and seed Python's, numpy's and torch's generators (every
+    device's) with the result. Deterministic for a given checkpoint and rank, and distinct from
+    every other process's stream.
+
+    Returns:
+        The seed used.
+    """
+    import hashlib
+
+    restore_rng_states(states, where)
+    drawn = int(torch.randint(0, 2**62, (1,)).item())
+    digest = hashlib.sha256(f"{drawn}:{rank}".encode()).digest()
+    seed = int.from_bytes(digest[:8], "little") & (2**63 - 1)
+    random.seed(seed)
+    torch.manual_seed(seed)  # CPU and every CUDA device
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed % 2**32)
+    return seed
+
+
 def _python_state(state: Any) -> tuple[Any, ...]:
     version, internal, gauss = state
     return (version, tuple(internal), gauss)

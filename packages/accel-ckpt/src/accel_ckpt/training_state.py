@@ -50,7 +50,7 @@ from accel_ckpt.errors import CheckpointContentsError, InvalidArgumentError
 from accel_ckpt.manifest import Manifest, read_manifest, verify_sizes
 from accel_ckpt.model_io import unwrap_model
 from accel_ckpt.project import ProjectConfiguration, checkpoint_number
-from accel_ckpt.rng_state import restore_rng_states
+from accel_ckpt.rng_state import derive_rng_states, restore_rng_states
 from accel_ckpt.sharded_state import ShardedState, check_sharded_states
 from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
@@ -447,18 +447,42 @@ def load_state(
             relpath = loader.dataloader_file(index, rank)
             dataloader.load_state_dict(loader.state(relpath))
     if load_rng_states:
-        relpath = manifest.contents.get("random_states", {}).get(str(rank))
-        if relpath is None:
-            logger.warning(
-                "%s has no RNG state for process %d (saved by %d processes); RNG not restored.",
-                folder,
-                rank,
-                manifest.num_processes,
-            )
-        else:
-            restore_rng_states(loader.state(relpath), os.fspath(folder / relpath))
+        _load_rng(folder, manifest, loader, rank)
     _advance_iteration(folder, project_config)
     return LoadedCheckpoint(folder, manifest)
+
+
+def _load_rng(folder: Path, manifest: Manifest, loader: CheckpointReader, rank: int) -> None:
+    """Restore this process's RNG states; with another process count, as documented below.
+
+    Process ``r`` restores the states process ``r`` saved. A process the checkpoint has none for
+    (``r >= N``, more processes than saved it) takes those of process ``r % N`` and reseeds
+    them with its rank (:func:`~accel_ckpt.rng_state.derive_rng_states`): deterministic and
+    distinct per process. Streams of saved processes ``>= M`` are not used. Either way random
+    draws (dropout, augmentation) then differ from an uninterrupted ``N``-process run, so a
+    warning says so.
+    """
+    saved = manifest.contents.get("random_states", {})
+    relpath = saved.get(str(rank))
+    if relpath is not None:
+        restore_rng_states(loader.state(relpath), os.fspath(folder / relpath))
+        return
+    count = manifest.num_processes
+    source = saved.get(str(rank % count)) if count > 0 else None
+    if source is None:
+        logger.warning("%s has no RNG state for process %d; RNG not restored.", folder, rank)
+        return
+    derive_rng_states(loader.state(source), rank, os.fspath(folder / source))
+    logger.warning(
+        "%s was saved by %d processes: process %d has no RNG state of its own, so it continues "
+        "from process %d's, reseeded with its rank (deterministic, distinct per process). Random "
+        "draws (dropout...) differ from an uninterrupted %d-process run.",
+        folder,
+        count,
+        rank,
+        rank % count,
+        count,
+    )
 
 
 def _rank() -> int:

@@ -31,6 +31,7 @@ from accel_state.process_group import (
     lower_timeouts,
     resolve_timeout,
     start_process_group,
+    start_single_process_group,
     stop_process_group,
 )
 from accel_state.shared import shared_dict
@@ -155,6 +156,35 @@ class PartialState:
                 f"The process group already uses backend {self.backend!r}; backend={backend!r} "
                 "cannot be honoured now. Call accel_state.reset_state() first."
             )
+
+    def ensure_process_group(self, reason: str) -> bool:
+        """Start a one-process group if this single process has none (FSDP needs one).
+
+        A job launched with ``accel launch --use_fsdp --num_processes 1`` has one already; a
+        plain ``python script.py`` that asks for FSDP in code gets one here, on an in-memory
+        store, owned by this state (``reset_state()`` stops it).
+
+        Args:
+            reason: What needs the group, for the error message.
+
+        Returns:
+            True when this call started the group.
+
+        Raises:
+            EnvironmentConfigError: Several processes without a group (a launcher problem).
+        """
+        if dist.is_available() and dist.is_initialized():
+            return False
+        if self.num_processes != 1:
+            raise EnvironmentConfigError(
+                f"{reason} needs a process group, but this process (rank {self.process_index} of "
+                f"{self.num_processes}) has none: start the job with `accel launch` or torchrun."
+            )
+        requested = self._require("requested_backend") or self.contract.backend
+        backend = select_backend(self.device, requested)
+        start_single_process_group(backend, self._require("timeouts").startup, self.device)
+        self._shared_state.update(backend=backend, owns_process_group=True)
+        return True
 
     @property
     def layout(self) -> ProcessLayout:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, Store
+from torch._C._distributed_c10d import HashStore, PrefixStore, Store
 from torch.distributed.rendezvous import rendezvous
 
 from accel_state.cluster.base import ProcessLayout
@@ -222,6 +222,45 @@ def _generation_store(
     store.set_timeout(timeout)
     _generation += 1
     return PrefixStore(f"accel_default_group_{_generation}/", store)
+
+
+def start_single_process_group(
+    backend: str, timeout: datetime.timedelta, device: torch.device | None = None
+) -> None:
+    """Start a default group of this one process on an in-memory store (no port, no rendezvous).
+
+    For a one-process job that needs a group all the same (FSDP, a sharded checkpoint resumed on
+    one process) but was not started by a launcher. The group is owned here: ``reset_state()``
+    and the exit hook stop it.
+
+    Raises:
+        ProcessGroupError: torch.distributed is missing, a group already exists, or it fails to start.
+    """
+    global _started_here
+    if not dist.is_available():
+        raise ProcessGroupError("This PyTorch build has no torch.distributed support.")
+    if dist.is_initialized():
+        raise ProcessGroupError(
+            "start_single_process_group(): a default process group already exists "
+            f"(rank {dist.get_rank()} of {dist.get_world_size()}); use it instead."
+        )
+    bound_device = device if device is not None and device.type == "cuda" else None
+    _import_modules_that_capture_the_group()
+    try:
+        dist.init_process_group(
+            backend=backend,
+            store=HashStore(),
+            rank=0,
+            world_size=1,
+            timeout=timeout,
+            device_id=bound_device,
+        )
+    except Exception as error:
+        raise ProcessGroupError(
+            f"Could not start a one-process {backend} process group: {error}"
+        ) from error
+    _started_here = True
+    atexit.register(stop_at_exit)
 
 
 def stop_process_group() -> None:

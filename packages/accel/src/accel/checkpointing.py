@@ -209,8 +209,20 @@ class CheckpointingMixin(JobFactsMixin):
             models, optimizers, sharded = self.strategy.checkpoint_split(
                 self._models, self._optimizers
             )
+            folder = None
+            if models and not sharded:
+                # Models saved sharded (FSDP, a mesh) load into whole models too.
+                from accel.strategies.saved_shards import adopt_saved_shards
+                from accel_ckpt import wait_for_pending_saves
+                from accel_ckpt.state_reader import resolve_input_dir
+
+                wait_for_pending_saves()
+                folder = resolve_input_dir(input_dir, self.project_configuration)
+                models, optimizers, sharded = adopt_saved_shards(
+                    folder, models, optimizers, sharded
+                )
             loaded = self.checkpointer.load_state(
-                input_dir,
+                input_dir if folder is None else folder,
                 models=models,
                 optimizers=optimizers,
                 sharded_states=sharded,

@@ -50,20 +50,26 @@ def resolve_settings(state: PartialState) -> FSDPSettings:
 class FSDPStrategy(ModelStrategy):
     """Shards trainable models with FSDP2 (default) or FSDP1 and checkpoints them shard by shard.
 
+    A single process without a process group (``python script.py``) starts a one-process group
+    (see ``PartialState.ensure_process_group``), so a script that asks for FSDP in code runs, and
+    resumes its sharded checkpoints, on one process too.
+
     Raises:
-        AcceleratorConfigError: FSDP in a job without a process group, or bad settings.
+        AcceleratorConfigError: torch.distributed is missing, or bad settings.
     """
 
     name = "FSDP"
 
     def __init__(self, state: PartialState, **settings: Any) -> None:
         super().__init__(state)
-        if not dist.is_available() or not dist.is_initialized():
+        if not dist.is_available():
             raise AcceleratorConfigError(
-                "FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP) needs a process group, "
-                "but this is a single process: start the job with `accel launch --use_fsdp "
-                "--num_processes N` (or torchrun), or drop the FSDP setting."
+                "FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP) needs torch.distributed, "
+                "which this PyTorch build lacks: install a build with it, or drop the FSDP setting."
             )
+        # One process without a group (a plain `python script.py`, e.g. resuming a sharded
+        # checkpoint on one machine): FSDP runs on a one-process group started here.
+        state.ensure_process_group("FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP)")
         self.fsdp = resolve_settings(state)
         #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
         #: strategy (``accel.strategies.mesh``) sets its ``dp_shard_cp`` / HSDP mesh here.

@@ -33,6 +33,32 @@ FULL_MODEL_FILE = "model.safetensors"
 FULL_OPTIMIZER_FILE = "optimizer.pt"
 
 
+def current_format_planner() -> Any:
+    """A ``torch.distributed.checkpoint`` load planner for checkpoints written by torch >= 2.4.
+
+    torch's default planner guesses that a checkpoint predates torch 2.4 when this process asks
+    for fewer keys than it holds, and then switches to the old key format. An FSDP1 process that
+    holds no element of some parameter (more processes than the flat parameter splits into
+    evenly, e.g. resuming on 3 what 2 saved) asks for fewer keys, so the guess sends it looking
+    for ``optimizer.param_groups`` and the load fails. accel writes the current format only:
+    this planner plans with it directly (and still refuses keys the checkpoint lacks).
+    """
+    from torch.distributed.checkpoint.default_planner import (
+        DefaultLoadPlanner,
+        create_default_local_load_plan,
+    )
+
+    class CurrentFormatLoadPlanner(DefaultLoadPlanner):
+        def create_local_plan(self) -> Any:
+            if self.metadata is None:
+                raise AssertionError("set_up_planner() gives the planner the metadata first")
+            return create_default_local_load_plan(
+                self.state_dict, self.metadata, not self.allow_partial_load
+            )
+
+    return CurrentFormatLoadPlanner()
+
+
 def require_numpy() -> None:
     """Refuse a sharded save or load early when numpy is missing.
 
@@ -221,7 +247,7 @@ class FSDPModelState:
 
         check_dcp_paths(folder)
         state = self._state(full=False)
-        load(state, checkpoint_id=folder)
+        load(state, checkpoint_id=folder, planner=current_format_planner())
         self._apply(state, full=False)
 
     def _save_full(self, folder: pathlib.Path) -> None:
