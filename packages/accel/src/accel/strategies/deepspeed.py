@@ -26,6 +26,7 @@ from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFe
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
+from accel.strategies.deepspeed_checkpoint import EngineCheckpoint
 from accel.strategies.deepspeed_config import KnownValues, resolve_config
 from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
 from accel.utils.build_locks import warn_about_stale_build_locks
@@ -456,43 +457,6 @@ class InferenceEngineWeights:
             context = deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=0)
         with context, torch.no_grad():
             module.load_state_dict(weights)
-
-
-class EngineCheckpoint:
-    """The engine's own checkpoint (model, optimizer shards, its scheduler) inside accel's folder.
-
-    Written with ``engine.save_checkpoint`` by every rank into the checkpoint's ``deepspeed``
-    subfolder; accel-ckpt lists the files and publishes the folder atomically.
-    """
-
-    name = "deepspeed"
-    tag = "engine"
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def save(self, folder: Path) -> None:
-        """Write this rank's part of the engine checkpoint into ``folder``."""
-        self.engine.save_checkpoint(str(folder), tag=self.tag, save_latest=False)
-
-    def load(self, folder: Path) -> None:
-        """Load the engine checkpoint from ``folder`` (model, optimizer and scheduler states).
-
-        Raises:
-            IncompleteCheckpointError: ``folder`` holds no engine checkpoint.
-        """
-        if not (folder / self.tag).is_dir():
-            raise IncompleteCheckpointError(
-                f"{folder} holds no DeepSpeed engine checkpoint (no {self.tag!r} folder); was the "
-                "state saved under DeepSpeed?"
-            )
-        path, _ = self.engine.load_checkpoint(
-            str(folder), tag=self.tag, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
-        if path is None:
-            raise IncompleteCheckpointError(
-                f"DeepSpeed could not load the engine checkpoint in {folder}."
-            )
 
 
 def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
