@@ -144,7 +144,9 @@ def nd_round_trip_job(folder: str) -> dict[str, Any]:
 DEEPSPEED_STAGES = (1, 2, 3)
 
 
-def _deepspeed_steps(accelerator: Any, model: Any, optimizer: Any, batches: Any, steps: int) -> list:
+def _deepspeed_steps(
+    accelerator: Any, model: Any, optimizer: Any, batches: Any, steps: int
+) -> list[float]:
     import elastic_deepspeed_workers as ds
 
     return [ds.train_step(accelerator, model, optimizer, next(batches)) for _ in range(steps)]

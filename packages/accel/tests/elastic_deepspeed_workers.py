@@ -75,8 +75,10 @@ def full_state(accelerator: Accelerator, model: Any, optimizer: Any) -> dict[str
     return result
 
 
-def setup(stage: int, project_dir: str | None = None) -> tuple[Accelerator, Any, Any, Any]:
-    """A fresh Accelerator under ZeRO-``stage``; the model, AdamW and the loader, prepared.
+def setup(
+    stage: int, project_dir: str | None = None, optimizer_class: type = torch.optim.AdamW
+) -> tuple[Accelerator, Any, Any, Any]:
+    """A fresh Accelerator under ZeRO-``stage``; the model, optimizer and loader, prepared.
 
     With ``project_dir``, checkpoints are named automatically inside it.
     """
@@ -91,7 +93,7 @@ def setup(stage: int, project_dir: str | None = None) -> tuple[Accelerator, Any,
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage), **kwargs)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    optimizer = optimizer_class(model.parameters(), lr=0.01)
     loader = DataLoader(Ids(), batch_size=BATCH, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     return accelerator, model, optimizer, loader
@@ -178,7 +180,11 @@ def resume_job(folder: str) -> dict[int, dict[str, Any]]:
         for batch in loader:
             epoch1.extend(_global(accelerator, batch))
             train_step(accelerator, model, optimizer, batch)
+        refusal = ""
+        if stage == 3 and accelerator.num_processes == 1:
+            refusal = _zero3_sgd_refusal(folder)
         results[stage] = {
+            "refusal": refusal,
             "mid": mid,
             "rest": rest,
             "mid_epoch1": mid_epoch1,
@@ -187,3 +193,17 @@ def resume_job(folder: str) -> dict[int, dict[str, Any]]:
         }
         teardown(accelerator)
     return results
+
+
+def _zero3_sgd_refusal(folder: str) -> str:
+    """What loading the 2-process ZeRO-3 checkpoint into a ZeRO-3 engine stepping SGD says."""
+    from accel import UnsupportedFeatureError
+
+    accelerator, _, _, _ = setup(3, optimizer_class=torch.optim.SGD)
+    try:
+        accelerator.load_state(f"{folder}/zero3/mid")
+    except UnsupportedFeatureError as error:
+        return str(error)
+    finally:
+        teardown(accelerator)
+    return ""

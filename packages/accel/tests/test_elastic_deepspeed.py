@@ -81,3 +81,6 @@ def test_zero_checkpoint_saved_on_two_resumes_on_another_count(
             assert result["rest"] == run["after"]
             assert result["mid_epoch1"] == run["epoch1"]
             assert result["epoch1"] == run["epoch1"]
+    if world_size == 1:  # ZeRO-3's universal load restores Adam's states only: a clear refusal
+        refusal = resumed[0][3]["refusal"]
+        assert "ZeRO-3" in refusal and "SGD" in refusal and "load on 2 processes" in refusal

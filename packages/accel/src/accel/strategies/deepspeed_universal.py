@@ -152,13 +152,16 @@ def _check_zero3_optimizer(engine: Any, saved: int) -> None:
     if not engine.zero_optimization_partition_weights():
         return
     base = getattr(engine.optimizer, "optimizer", None)
-    if base is not None and "adam" not in type(base).__name__.lower():
+    if base is None:
+        return
+    amsgrad = any(group.get("amsgrad") for group in base.param_groups)
+    if "adam" not in type(base).__name__.lower() or amsgrad:
         raise UnsupportedFeatureError(
             f"Loading a ZeRO-3 checkpoint saved on {saved} processes on "
             f"{engine.seq_dp_world_size}: DeepSpeed's universal checkpoint load under ZeRO-3 "
             f"restores only Adam's optimizer states {sorted(ZERO3_UNIVERSAL_STATES)}, not those "
-            f"of {type(base).__name__}. Use Adam/AdamW, or ZeRO-1/2, or load on {saved} "
-            "processes."
+            f"of {type(base).__name__}{' (amsgrad=True)' if amsgrad else ''}. Use Adam/AdamW "
+            f"without amsgrad, or ZeRO-1/2, or load on {saved} processes."
         )
 
 
