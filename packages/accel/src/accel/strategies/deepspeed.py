@@ -468,6 +468,39 @@ def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     deepspeed.init_distributed(dist_backend=state.backend or "gloo", auto_mpi_discovery=False)
+    _forget_stale_groups()
+
+
+def _forget_stale_groups() -> None:
+    """Drop DeepSpeed's cached process groups when they belong to a destroyed default group.
+
+    DeepSpeed clones the world group once per process (``deepspeed.utils.groups``); after the
+    default group is destroyed and started again (``reset_state()``, then a new Accelerator),
+    that clone is no longer registered and building an engine fails in ``get_global_rank``.
+    """
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    world = getattr(groups, "_WORLD_GROUP", None)
+    if world is None:
+        return
+    try:
+        dist.get_global_rank(world, 0)
+    except (ValueError, RuntimeError, KeyError):
+        groups._WORLD_GROUP = None
+        for name in ("_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP"):
+            if getattr(groups, name, None) is not None:
+                setattr(groups, name, None)
+        for name in (
+            "_EXPERT_PARALLEL_GROUP",
+            "_EXPERT_PARALLEL_GROUP_RANKS",
+            "_EXPERT_DATA_PARALLEL_GROUP",
+            "_EXPERT_DATA_PARALLEL_GROUP_RANKS",
+            "_ALL_TO_ALL_GROUP",
+        ):
+            cached = getattr(groups, name, None)
+            if isinstance(cached, dict):
+                cached.clear()
 
 
 def _free_port() -> int:

@@ -23,7 +23,11 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from accel.strategies.deepspeed_universal import load_elastic, saved_dp_world_size
+from accel.strategies.deepspeed_universal import (
+    load_elastic,
+    saved_dp_world_size,
+    universal_loading,
+)
 from accel_ckpt import IncompleteCheckpointError, StagedWrite
 
 
@@ -162,9 +166,11 @@ class EngineCheckpoint:
             if saved != int(self.engine.seq_dp_world_size):
                 load_elastic(self.engine, folder, self.tag, saved)
                 return
-        path, _ = self.engine.load_checkpoint(
-            str(folder), tag=self.tag, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
+        # accel saved DeepSpeed's own format here, even where the config asks for universal loads.
+        with universal_loading(self.engine, False):
+            path, _ = self.engine.load_checkpoint(
+                str(folder), tag=self.tag, load_optimizer_states=True, load_lr_scheduler_states=True
+            )
         if path is None:
             raise IncompleteCheckpointError(
                 f"DeepSpeed could not load the engine checkpoint in {folder}."

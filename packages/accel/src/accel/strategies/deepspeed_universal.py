@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,20 +72,31 @@ def load_elastic(engine: Any, folder: Path, tag: str, saved: int) -> None:
     _check_zero3_optimizer(engine, saved)
     root = folder / UNIVERSAL
     convert_once(folder / tag, root, tag)
-    config = engine._config
-    previous = config.load_universal_checkpoint
-    config.load_universal_checkpoint = True
-    try:
+    with universal_loading(engine, True):
         path, _ = engine.load_checkpoint(
             str(root), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
         )
-    finally:
-        config.load_universal_checkpoint = previous
     if path is None:
         raise IncompleteCheckpointError(
             f"DeepSpeed could not load the universal checkpoint in {root} (converted from the "
             f"engine checkpoint saved on {saved} processes)."
         )
+
+
+@contextlib.contextmanager
+def universal_loading(engine: Any, enabled: bool) -> Iterator[None]:
+    """Have ``engine.load_checkpoint`` read the universal format (or DeepSpeed's own) meanwhile.
+
+    DeepSpeed reads its ``checkpoint.load_universal`` setting at each load, so an existing
+    engine switches for one call; the configured value comes back afterwards.
+    """
+    config = engine._config
+    previous = config.load_universal_checkpoint
+    config.load_universal_checkpoint = enabled
+    try:
+        yield
+    finally:
+        config.load_universal_checkpoint = previous
 
 
 def convert_once(source: Path, root: Path, tag: str) -> None:
