@@ -138,3 +138,90 @@ def nd_round_trip_job(folder: str) -> dict[str, Any]:
         "losses_after_save": after,
         "losses_after_load": resumed,
     }
+
+
+# ---------------------------------------------------------------------- DeepSpeed ZeRO-1/2/3
+DEEPSPEED_STAGES = (1, 2, 3)
+
+
+def _deepspeed_steps(
+    accelerator: Any, model: Any, optimizer: Any, batches: Any, steps: int
+) -> list[float]:
+    import elastic_deepspeed_workers as ds
+
+    return [ds.train_step(accelerator, model, optimizer, next(batches)) for _ in range(steps)]
+
+
+def deepspeed_round_trip_job(folder: str) -> dict[int, dict[str, Any]]:
+    """Per ZeRO stage, 2 processes: train, save with blocking=False, train 2 more steps while the
+    write runs, wait; a fresh engine loads the checkpoint: the gathered full state is the one at
+    the save (bit-equal) and the next 2 steps give the same losses."""
+    import elastic_deepspeed_workers as ds
+
+    results: dict[int, dict[str, Any]] = {}
+    for stage in DEEPSPEED_STAGES:
+        accelerator, model, optimizer, loader = ds.setup(stage)
+        batches = iter(loader)
+        _deepspeed_steps(accelerator, model, optimizer, batches, ds.SAVE_AT)
+        expected = ds.full_state(accelerator, model, optimizer)
+        handle = accelerator.save_state(f"{folder}/zero{stage}", blocking=False)
+        returned_before_commit = not Path(handle.path).exists() or not handle.done()
+        after = _deepspeed_steps(accelerator, model, optimizer, batches, 2)
+        saved = handle.wait()
+        ds.teardown(accelerator)
+
+        accelerator, model, optimizer, loader = ds.setup(stage)
+        accelerator.load_state(saved)
+        loaded = ds.full_state(accelerator, model, optimizer)
+        resumed = _deepspeed_steps(accelerator, model, optimizer, iter(loader), 2)
+        ds.teardown(accelerator)
+        results[stage] = {
+            "expected": expected,
+            "loaded": loaded,
+            "losses_after_save": after,
+            "losses_after_load": resumed,
+            "returned_before_commit": returned_before_commit,
+            "files": sorted(p.name for p in Path(saved, "deepspeed", "engine").iterdir()),
+        }
+    return results
+
+
+def deepspeed_save_then_die_job(folder: str) -> None:
+    """ZeRO-3 on 2 processes: an asynchronous save that completes (checkpoint_0, its full state
+    in expected.pt), one more step, then a second one whose background write is held once its
+    files are written (test hook); training goes on, then both ranks die by SIGKILL."""
+    import elastic_deepspeed_workers as ds
+
+    accelerator, model, optimizer, loader = ds.setup(3, project_dir=folder)
+    batches = iter(loader)
+    _deepspeed_steps(accelerator, model, optimizer, batches, 2)
+    expected = ds.full_state(accelerator, model, optimizer)
+    saved = accelerator.save_state(blocking=False).wait()
+    if accelerator.is_main_process:
+        torch.save(expected, f"{folder}/expected.pt")
+        Path(folder, "first.txt").write_text(str(saved))
+    _deepspeed_steps(accelerator, model, optimizer, batches, 1)
+    os.environ[HOLD_VARIABLE] = folder
+    accelerator.save_state(blocking=False)
+    losses = _deepspeed_steps(accelerator, model, optimizer, batches, 2)
+    markers = [Path(folder, f"held_rank{rank}") for rank in range(accelerator.num_processes)]
+    deadline = time.monotonic() + 300
+    while not all(marker.exists() for marker in markers):
+        if time.monotonic() > deadline:
+            raise TimeoutError("The background writes never reached the hold point.")
+        time.sleep(0.05)
+    Path(folder, f"trained_rank{accelerator.process_index}.json").write_text(json.dumps(losses))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def deepspeed_resume_job(folder: str) -> dict[str, Any]:
+    """Load the newest complete checkpoint after the kill (on any number of processes)."""
+    import elastic_deepspeed_workers as ds
+
+    accelerator, model, optimizer, _ = ds.setup(3, project_dir=folder)
+    latest = accelerator.latest_checkpoint()
+    accelerator.load_state()
+    loaded = ds.full_state(accelerator, model, optimizer)
+    expected = torch.load(f"{folder}/expected.pt", weights_only=True)
+    ds.teardown(accelerator)
+    return {"latest": str(latest), "state_equal": _equal(loaded, expected)}

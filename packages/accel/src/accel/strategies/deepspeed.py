@@ -26,6 +26,7 @@ from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFe
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
+from accel.strategies.deepspeed_checkpoint import EngineCheckpoint
 from accel.strategies.deepspeed_config import KnownValues, resolve_config
 from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
 from accel.utils.build_locks import warn_about_stale_build_locks
@@ -458,43 +459,6 @@ class InferenceEngineWeights:
             module.load_state_dict(weights)
 
 
-class EngineCheckpoint:
-    """The engine's own checkpoint (model, optimizer shards, its scheduler) inside accel's folder.
-
-    Written with ``engine.save_checkpoint`` by every rank into the checkpoint's ``deepspeed``
-    subfolder; accel-ckpt lists the files and publishes the folder atomically.
-    """
-
-    name = "deepspeed"
-    tag = "engine"
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def save(self, folder: Path) -> None:
-        """Write this rank's part of the engine checkpoint into ``folder``."""
-        self.engine.save_checkpoint(str(folder), tag=self.tag, save_latest=False)
-
-    def load(self, folder: Path) -> None:
-        """Load the engine checkpoint from ``folder`` (model, optimizer and scheduler states).
-
-        Raises:
-            IncompleteCheckpointError: ``folder`` holds no engine checkpoint.
-        """
-        if not (folder / self.tag).is_dir():
-            raise IncompleteCheckpointError(
-                f"{folder} holds no DeepSpeed engine checkpoint (no {self.tag!r} folder); was the "
-                "state saved under DeepSpeed?"
-            )
-        path, _ = self.engine.load_checkpoint(
-            str(folder), tag=self.tag, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
-        if path is None:
-            raise IncompleteCheckpointError(
-                f"DeepSpeed could not load the engine checkpoint in {folder}."
-            )
-
-
 def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
     """Let deepspeed use accel's process group; a single process gets a one-rank group."""
     if not state.use_distributed:
@@ -504,6 +468,39 @@ def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     deepspeed.init_distributed(dist_backend=state.backend or "gloo", auto_mpi_discovery=False)
+    _forget_stale_groups()
+
+
+def _forget_stale_groups() -> None:
+    """Drop DeepSpeed's cached process groups when they belong to a destroyed default group.
+
+    DeepSpeed clones the world group once per process (``deepspeed.utils.groups``); after the
+    default group is destroyed and started again (``reset_state()``, then a new Accelerator),
+    that clone is no longer registered and building an engine fails in ``get_global_rank``.
+    """
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    world = getattr(groups, "_WORLD_GROUP", None)
+    if world is None:
+        return
+    try:
+        dist.get_global_rank(world, 0)
+    except (ValueError, RuntimeError, KeyError):
+        groups._WORLD_GROUP = None
+        for name in ("_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP"):
+            if getattr(groups, name, None) is not None:
+                setattr(groups, name, None)
+        for name in (
+            "_EXPERT_PARALLEL_GROUP",
+            "_EXPERT_PARALLEL_GROUP_RANKS",
+            "_EXPERT_DATA_PARALLEL_GROUP",
+            "_EXPERT_DATA_PARALLEL_GROUP_RANKS",
+            "_ALL_TO_ALL_GROUP",
+        ):
+            cached = getattr(groups, name, None)
+            if isinstance(cached, dict):
+                cached.clear()
 
 
 def _free_port() -> int:
