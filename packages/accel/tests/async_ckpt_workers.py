@@ -142,39 +142,45 @@ def nd_round_trip_job(folder: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- DeepSpeed ZeRO-1/2/3
 DEEPSPEED_STAGES = (1, 2, 3)
+DEEPSPEED_FIRST_STEPS = 6
 
 
 def _deepspeed_steps(
     accelerator: Any, model: Any, optimizer: Any, batches: Any, steps: int
 ) -> list[float]:
-    import elastic_deepspeed_workers as ds
+    """``steps`` optimizer steps; the mean loss over processes of each."""
+    import elastic_matrix_workers as matrix
 
-    return [ds.train_step(accelerator, model, optimizer, next(batches)) for _ in range(steps)]
+    losses = []
+    for _ in range(steps):
+        loss = matrix.train_step(accelerator, model, optimizer, next(batches))
+        losses.append(float(accelerator.reduce(loss, reduction="mean")))
+    return losses
 
 
 def deepspeed_round_trip_job(folder: str) -> dict[int, dict[str, Any]]:
     """Per ZeRO stage, 2 processes: train, save with blocking=False, train 2 more steps while the
     write runs, wait; a fresh engine loads the checkpoint: the gathered full state is the one at
     the save (bit-equal) and the next 2 steps give the same losses."""
-    import elastic_deepspeed_workers as ds
+    import elastic_matrix_workers as matrix
 
     results: dict[int, dict[str, Any]] = {}
     for stage in DEEPSPEED_STAGES:
-        accelerator, model, optimizer, loader = ds.setup(stage)
+        accelerator, model, optimizer, loader = matrix.setup(f"zero{stage}", 2)
         batches = iter(loader)
-        _deepspeed_steps(accelerator, model, optimizer, batches, ds.SAVE_AT)
-        expected = ds.full_state(accelerator, model, optimizer)
+        _deepspeed_steps(accelerator, model, optimizer, batches, DEEPSPEED_FIRST_STEPS)
+        expected = matrix.deepspeed_full_state(accelerator, model, optimizer)
         handle = accelerator.save_state(f"{folder}/zero{stage}", blocking=False)
         returned_before_commit = not Path(handle.path).exists() or not handle.done()
         after = _deepspeed_steps(accelerator, model, optimizer, batches, 2)
         saved = handle.wait()
-        ds.teardown(accelerator)
+        matrix.teardown(accelerator)
 
-        accelerator, model, optimizer, loader = ds.setup(stage)
+        accelerator, model, optimizer, loader = matrix.setup(f"zero{stage}", 2)
         accelerator.load_state(saved)
-        loaded = ds.full_state(accelerator, model, optimizer)
+        loaded = matrix.deepspeed_full_state(accelerator, model, optimizer)
         resumed = _deepspeed_steps(accelerator, model, optimizer, iter(loader), 2)
-        ds.teardown(accelerator)
+        matrix.teardown(accelerator)
         results[stage] = {
             "expected": expected,
             "loaded": loaded,
@@ -190,12 +196,12 @@ def deepspeed_save_then_die_job(folder: str) -> None:
     """ZeRO-3 on 2 processes: an asynchronous save that completes (checkpoint_0, its full state
     in expected.pt), one more step, then a second one whose background write is held once its
     files are written (test hook); training goes on, then both ranks die by SIGKILL."""
-    import elastic_deepspeed_workers as ds
+    import elastic_matrix_workers as matrix
 
-    accelerator, model, optimizer, loader = ds.setup(3, project_dir=folder)
+    accelerator, model, optimizer, loader = matrix.setup("zero3", 2, project_dir=folder)
     batches = iter(loader)
     _deepspeed_steps(accelerator, model, optimizer, batches, 2)
-    expected = ds.full_state(accelerator, model, optimizer)
+    expected = matrix.deepspeed_full_state(accelerator, model, optimizer)
     saved = accelerator.save_state(blocking=False).wait()
     if accelerator.is_main_process:
         torch.save(expected, f"{folder}/expected.pt")
@@ -216,12 +222,13 @@ def deepspeed_save_then_die_job(folder: str) -> None:
 
 def deepspeed_resume_job(folder: str) -> dict[str, Any]:
     """Load the newest complete checkpoint after the kill (on any number of processes)."""
-    import elastic_deepspeed_workers as ds
+    import elastic_matrix_workers as matrix
 
-    accelerator, model, optimizer, _ = ds.setup(3, project_dir=folder)
+    world_size = matrix.dist_world_size()
+    accelerator, model, optimizer, _ = matrix.setup("zero3", world_size, project_dir=folder)
     latest = accelerator.latest_checkpoint()
     accelerator.load_state()
-    loaded = ds.full_state(accelerator, model, optimizer)
+    loaded = matrix.deepspeed_full_state(accelerator, model, optimizer)
     expected = torch.load(f"{folder}/expected.pt", weights_only=True)
-    ds.teardown(accelerator)
+    matrix.teardown(accelerator)
     return {"latest": str(latest), "state_equal": _equal(loaded, expected)}

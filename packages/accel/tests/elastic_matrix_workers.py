@@ -3,7 +3,7 @@
 One spawned save job runs every strategy of :data:`REGISTRY` one after another (accel's state is
 reset in between, the process group stays); each resume job does the same on M processes. A
 strategy is a :class:`Row`: how to build the Accelerator for a process count and how to read the
-gathered full model + optimizer state. DeepSpeed rows can be added with :func:`register`.
+gathered full model + optimizer state (DeepSpeed rows only where deepspeed is installed).
 
 Sizes: :data:`SAMPLES` = 48 samples, :data:`BATCH` = 2 per data-parallel rank; the mid-epoch
 checkpoint is taken after :data:`MID` = 24 samples, so the 24 left and the 48 of the next epoch
@@ -13,6 +13,7 @@ split evenly over 1, 2, 3 and 4 data-parallel ranks (no padding, no duplicates).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import pathlib
 from collections.abc import Callable
@@ -137,26 +138,90 @@ def _mesh(world_size: int) -> dict[str, Any]:
     return {"parallelism_config": ParallelismConfig(dp_shard_size=dp_shard, tp_size=tp)}
 
 
+def deepspeed_full_state(accelerator: Accelerator, model: Any, optimizer: Any) -> dict[str, Any]:
+    """The whole training state of a DeepSpeed engine, gathered, on the CPU of every rank.
+
+    Keys: ``fp32.<name>`` (fp32 master parameter), ``<state>.<name>`` for each tensor state of the
+    optimizer (``exp_avg``, ``exp_avg_sq`` for Adam), ``step`` (the optimizer's step count) and
+    ``module.<name>`` (the module's weights). Collective: call on every rank.
+    """
+    from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+
+    module = accelerator.unwrap_model(model)
+    zero = optimizer.optimizer  # accel's wrapper -> ZeRO optimizer -> torch optimizer
+    base = zero.optimizer
+    # ZeRO-1/2 link each parameter to its optimizer-state fragments lazily, at the first step:
+    # right after a load (DeepSpeed's own format) they are not linked yet.
+    link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
+    if callable(link) and base.state:
+        link()
+    entries = [state for state in base.state.values() if state]
+    keys = sorted(
+        {
+            key
+            for state in entries
+            for key, value in state.items()
+            if key != "step" and isinstance(value, torch.Tensor)
+        }
+    )
+    result: dict[str, Any] = {}
+    for name, parameter in module.named_parameters():
+        result[f"fp32.{name}"] = safe_get_full_fp32_param(parameter).detach().cpu().clone()
+        for key in keys:
+            value = safe_get_full_optimizer_state(parameter, key)
+            result[f"{key}.{name}"] = value.detach().cpu().clone()
+    if entries and "step" in entries[0]:
+        result["step"] = torch.as_tensor(entries[0]["step"], dtype=torch.float64).cpu().clone()
+    for name, tensor in accelerator.get_state_dict(model).items():
+        result[f"module.{name}"] = tensor.detach().cpu().clone()
+    return result
+
+
+def _zero(stage: int) -> Callable[[int], dict[str, Any]]:
+    def build(world_size: int) -> dict[str, Any]:
+        from accel.utils import DeepSpeedPlugin
+
+        return {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=stage)}
+
+    return build
+
+
 REGISTRY: dict[str, Row] = {
     "ddp": Row(lambda world_size: {}, torch_full_state),
     "fsdp1": Row(_fsdp(1), torch_full_state),
     "fsdp2": Row(_fsdp(2), torch_full_state),
     "mesh_dp_shard_x_tp": Row(_mesh, torch_full_state),
 }
-
-
-def register(name: str, row: Row) -> None:
-    """Add a strategy row (DeepSpeed ZeRO stages, for instance) to the matrix."""
-    REGISTRY[name] = row
+#: DeepSpeed rows (present where deepspeed is installed): on another process count the ZeRO
+#: checkpoint is converted to DeepSpeed's universal format at load.
+ZERO_ROWS = {f"zero{stage}": Row(_zero(stage), deepspeed_full_state) for stage in (1, 2, 3)}
+if importlib.util.find_spec("deepspeed") is not None:
+    REGISTRY.update(ZERO_ROWS)
 
 
 # ---------------------------------------------------------------------- one strategy's run
-def _setup(name: str, world_size: int) -> tuple[Accelerator, Any, Any, Any]:
+def setup(
+    name: str,
+    world_size: int,
+    optimizer_class: type = torch.optim.AdamW,
+    project_dir: str | None = None,
+) -> tuple[Accelerator, Any, Any, Any]:
+    """A fresh Accelerator for strategy ``name``; the model, optimizer and loader, prepared.
+
+    With ``project_dir``, checkpoints are named automatically inside it.
+    """
+    from accel_ckpt import ProjectConfiguration
+
     reset_state(stop_process_group=False)
-    accelerator = Accelerator(**REGISTRY[name].build(world_size))
+    kwargs = REGISTRY[name].build(world_size)
+    if project_dir is not None:
+        kwargs["project_config"] = ProjectConfiguration(
+            project_dir=project_dir, automatic_checkpoint_naming=True
+        )
+    accelerator = Accelerator(**kwargs)
     torch.manual_seed(0)
     model = TwoLayers()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    optimizer = optimizer_class(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
     loader = DataLoader(Ids(), batch_size=BATCH, shuffle=True)
     model, optimizer, _, loader = accelerator.prepare(model, optimizer, scheduler, loader)
@@ -164,16 +229,26 @@ def _setup(name: str, world_size: int) -> tuple[Accelerator, Any, Any, Any]:
     return accelerator, model, optimizer, loader
 
 
+def teardown(accelerator: Accelerator) -> None:
+    """Free the engines (DeepSpeed's) and forget accel's state; the process group stays."""
+    accelerator.free_memory()
+    reset_state(stop_process_group=False)
+
+
 def _inputs(batch: torch.Tensor) -> torch.Tensor:
     ids = batch.float().unsqueeze(1)
     return torch.sin(ids * torch.arange(1.0, 5.0) / 7.0)
 
 
-def _step(accelerator: Accelerator, model: Any, optimizer: Any, batch: torch.Tensor) -> None:
+def train_step(
+    accelerator: Accelerator, model: Any, optimizer: Any, batch: torch.Tensor
+) -> torch.Tensor:
+    """One optimizer step on ``batch`` (sample ids); returns this process's loss, detached."""
     loss = model(_inputs(batch)).pow(2).mean()
     accelerator.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
+    return loss.detach()
 
 
 def _global(accelerator: Accelerator, batch: torch.Tensor) -> list[int]:
@@ -216,14 +291,14 @@ def save_job(root: str, names: list[str]) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for name in names:
         folders = _folders(root, name)
-        accelerator, model, optimizer, loader = _setup(name, SAVED_ON)
+        accelerator, model, optimizer, loader = setup(name, SAVED_ON)
         before: list[int] = []
         after: list[int] = []
         probe = None
         for batch in loader:
             ids = _global(accelerator, batch)
             (before if len(before) < MID else after).extend(ids)
-            _step(accelerator, model, optimizer, batch)
+            train_step(accelerator, model, optimizer, batch)
             if len(before) == MID and not after and probe is None:
                 accelerator.save_state(folders["mid"])
                 probe = torch.rand(3)  # the RNG stream right after the save
@@ -233,9 +308,22 @@ def save_job(root: str, names: list[str]) -> dict[str, Any]:
         epoch1 = []
         for batch in loader:
             epoch1.extend(_global(accelerator, batch))
-            _step(accelerator, model, optimizer, batch)
-        report[name] = {"before": before, "after": after, "epoch1": epoch1, "probe": probe}
-    reset_state(stop_process_group=False)
+            train_step(accelerator, model, optimizer, batch)
+        teardown(accelerator)
+        # The same process count loads the checkpoint as it was written (no resharding or
+        # conversion) and must see the same state.
+        accelerator, model, optimizer, _ = setup(name, SAVED_ON)
+        accelerator.load_state(folders["mid"])
+        full = REGISTRY[name].full_state(accelerator, model, optimizer)
+        same_count = compare(torch.load(folders["mid_full"], weights_only=False), full)
+        teardown(accelerator)
+        report[name] = {
+            "before": before,
+            "after": after,
+            "epoch1": epoch1,
+            "probe": probe,
+            "same_count": same_count,
+        }
     return report
 
 
@@ -273,7 +361,7 @@ def resume_job(root: str, names: list[str]) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for name in names:
         folders = _folders(root, name)
-        accelerator, model, optimizer, loader = _setup(name, dist_world_size())
+        accelerator, model, optimizer, loader = setup(name, dist_world_size())
         accelerator.load_state(folders["mid"])
         probe = torch.rand(3)
         full = REGISTRY[name].full_state(accelerator, model, optimizer)
@@ -281,14 +369,14 @@ def resume_job(root: str, names: list[str]) -> dict[str, Any]:
         rest = []
         for batch in loader:
             rest.extend(_global(accelerator, batch))
-            _step(accelerator, model, optimizer, batch)
+            train_step(accelerator, model, optimizer, batch)
         accelerator.load_state(folders["boundary"])
         full = REGISTRY[name].full_state(accelerator, model, optimizer)
         boundary_problems = compare(torch.load(folders["boundary_full"], weights_only=False), full)
         epoch1 = []
         for batch in loader:
             epoch1.extend(_global(accelerator, batch))
-            _step(accelerator, model, optimizer, batch)
+            train_step(accelerator, model, optimizer, batch)
         report[name] = {
             "mid": mid_problems,
             "boundary": boundary_problems,
@@ -300,7 +388,9 @@ def resume_job(root: str, names: list[str]) -> dict[str, Any]:
             accelerator.load_state(folders["mid"])
             report[name]["probe_again"] = torch.rand(3)
             report[name]["refusal"] = _refusal(accelerator)
-    reset_state(stop_process_group=False)
+        teardown(accelerator)
+        if name == "zero3" and dist_world_size() == 1:
+            report[name]["refusal"] = _zero3_sgd_refusal(folders["mid"])
     return report
 
 
@@ -320,4 +410,21 @@ def _refusal(accelerator: Accelerator) -> str:
         stream.load_state_dict(state)
     except ResumeStateError as error:
         return str(error)
+    return ""
+
+
+def _zero3_sgd_refusal(folder: str) -> str:
+    """What loading the 2-process ZeRO-3 checkpoint into a ZeRO-3 engine stepping SGD says.
+
+    DeepSpeed's universal load under ZeRO-3 restores Adam's states only.
+    """
+    from accel import UnsupportedFeatureError
+
+    accelerator, _, _, _ = setup("zero3", dist_world_size(), optimizer_class=torch.optim.SGD)
+    try:
+        accelerator.load_state(folder)
+    except UnsupportedFeatureError as error:
+        return str(error)
+    finally:
+        teardown(accelerator)
     return ""
