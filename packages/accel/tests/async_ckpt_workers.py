@@ -1,4 +1,4 @@
-"""Asynchronous sharded saves (``save_state(blocking=False)`` under FSDP), run in spawned workers."""
+"""Asynchronous saves (``save_state(blocking=False)``) under FSDP, meshes and DeepSpeed, in spawned workers."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,19 @@ def save_then_die_job(folder: str) -> None:
         )
         Path(folder, "first.txt").write_text(str(saved))
     _continue(accelerator, model, optimizer, first_step=2, steps=1)
+    _save_train_and_die_while_held(
+        accelerator, folder, lambda: _continue(accelerator, model, optimizer, first_step=3, steps=2)
+    )
+
+
+def _save_train_and_die_while_held(
+    accelerator: Any, folder: str, train_more: Callable[[], list[float]]
+) -> None:
+    """Start a background save held after its files are written (test hook), train on with
+    ``train_more``, wait until every rank's write is held, record the losses, die by SIGKILL."""
     os.environ[HOLD_VARIABLE] = folder
     accelerator.save_state(blocking=False)
-    losses = _continue(accelerator, model, optimizer, first_step=3, steps=2)
+    losses = train_more()
     markers = [Path(folder, f"held_rank{rank}") for rank in range(accelerator.num_processes)]
     deadline = time.monotonic() + 300
     while not all(marker.exists() for marker in markers):
@@ -207,17 +218,9 @@ def deepspeed_save_then_die_job(folder: str) -> None:
         torch.save(expected, f"{folder}/expected.pt")
         Path(folder, "first.txt").write_text(str(saved))
     _deepspeed_steps(accelerator, model, optimizer, batches, 1)
-    os.environ[HOLD_VARIABLE] = folder
-    accelerator.save_state(blocking=False)
-    losses = _deepspeed_steps(accelerator, model, optimizer, batches, 2)
-    markers = [Path(folder, f"held_rank{rank}") for rank in range(accelerator.num_processes)]
-    deadline = time.monotonic() + 300
-    while not all(marker.exists() for marker in markers):
-        if time.monotonic() > deadline:
-            raise TimeoutError("The background writes never reached the hold point.")
-        time.sleep(0.05)
-    Path(folder, f"trained_rank{accelerator.process_index}.json").write_text(json.dumps(losses))
-    os.kill(os.getpid(), signal.SIGKILL)
+    _save_train_and_die_while_held(
+        accelerator, folder, lambda: _deepspeed_steps(accelerator, model, optimizer, batches, 2)
+    )
 
 
 def deepspeed_resume_job(folder: str) -> dict[str, Any]:

@@ -269,6 +269,15 @@ def _global(accelerator: Accelerator, batch: torch.Tensor) -> list[int]:
     return [i for dp_rank in sorted(by_rank) for i in by_rank[dp_rank]]
 
 
+def _train_epoch(accelerator: Accelerator, model: Any, optimizer: Any, loader: Any) -> list[int]:
+    """Train on the rest of this epoch; the sample ids of the whole job, in the global order."""
+    ids = []
+    for batch in loader:
+        ids.extend(_global(accelerator, batch))
+        train_step(accelerator, model, optimizer, batch)
+    return ids
+
+
 def _write_full(accelerator: Accelerator, name: str, model: Any, optimizer: Any, path: str) -> None:
     state = REGISTRY[name].full_state(accelerator, model, optimizer)
     if accelerator.is_main_process:
@@ -305,10 +314,7 @@ def save_job(root: str, names: list[str]) -> dict[str, Any]:
                 _write_full(accelerator, name, model, optimizer, folders["mid_full"])
         accelerator.save_state(folders["boundary"])
         _write_full(accelerator, name, model, optimizer, folders["boundary_full"])
-        epoch1 = []
-        for batch in loader:
-            epoch1.extend(_global(accelerator, batch))
-            train_step(accelerator, model, optimizer, batch)
+        epoch1 = _train_epoch(accelerator, model, optimizer, loader)
         teardown(accelerator)
         # The same process count loads the checkpoint as it was written (no resharding or
         # conversion) and must see the same state.
@@ -366,17 +372,11 @@ def resume_job(root: str, names: list[str]) -> dict[str, Any]:
         probe = torch.rand(3)
         full = REGISTRY[name].full_state(accelerator, model, optimizer)
         mid_problems = compare(torch.load(folders["mid_full"], weights_only=False), full)
-        rest = []
-        for batch in loader:
-            rest.extend(_global(accelerator, batch))
-            train_step(accelerator, model, optimizer, batch)
+        rest = _train_epoch(accelerator, model, optimizer, loader)
         accelerator.load_state(folders["boundary"])
         full = REGISTRY[name].full_state(accelerator, model, optimizer)
         boundary_problems = compare(torch.load(folders["boundary_full"], weights_only=False), full)
-        epoch1 = []
-        for batch in loader:
-            epoch1.extend(_global(accelerator, batch))
-            train_step(accelerator, model, optimizer, batch)
+        epoch1 = _train_epoch(accelerator, model, optimizer, loader)
         report[name] = {
             "mid": mid_problems,
             "boundary": boundary_problems,

@@ -355,7 +355,7 @@ class FSDPStrategy(ModelStrategy):
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
     ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
         """FSDP models and their optimizers go into sharded states; the rest stays plain."""
-        from accel.strategies.fsdp_checkpoint import FSDPModelState
+        from accel.strategies.fsdp_checkpoint import FSDPModelState, model_optimizers
 
         plain_models: list[torch.nn.Module] = []
         states: list[ShardedState] = []
@@ -368,22 +368,12 @@ class FSDPStrategy(ModelStrategy):
                 continue
             # Read the shards, whatever the last forward left gathered: the optimizers hold them.
             self.settle(model)
-            own = {id(parameter) for parameter in model.parameters()}
-            mine = [
-                opt
-                for opt in optimizers
-                if any(
-                    id(parameter) in own
-                    for group in _raw(opt).param_groups
-                    for parameter in group["params"]
-                )
-            ]
-            claimed.update(id(opt) for opt in mine)
+            mine = model_optimizers(model, optimizers, claimed)
             states.append(
                 FSDPModelState(
                     name=f"fsdp_model_{len(states)}",
                     model=model,
-                    optimizers=[_raw(opt) for opt in mine],
+                    optimizers=mine,
                     full=full,
                 )
             )
@@ -431,10 +421,6 @@ def _release_sharded_at_exit() -> None:
 
     if stop_at_exit():
         release_group_references(*_SHARDED)
-
-
-def _raw(optimizer: Any) -> torch.optim.Optimizer:
-    return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager

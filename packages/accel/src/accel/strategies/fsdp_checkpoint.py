@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -129,6 +129,33 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, (list, tuple)):
         return [t for item in value for t in _tensors(item)]
     return []
+
+
+def raw_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside accel's ``AcceleratedOptimizer`` (or ``optimizer`` itself)."""
+    return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
+
+
+def model_optimizers(
+    model: torch.nn.Module, optimizers: Sequence[Any], claimed: set[int]
+) -> list[torch.optim.Optimizer]:
+    """The optimizers stepping any of ``model``'s parameters, as torch optimizers.
+
+    Their ids are added to ``claimed`` (the optimizers left unclaimed are saved whole). An
+    optimizer stepping several models belongs to each of their states.
+    """
+    own = {id(parameter) for parameter in model.parameters()}
+    mine = [
+        optimizer
+        for optimizer in optimizers
+        if any(
+            id(parameter) in own
+            for group in raw_optimizer(optimizer).param_groups
+            for parameter in group["params"]
+        )
+    ]
+    claimed.update(id(optimizer) for optimizer in mine)
+    return [raw_optimizer(optimizer) for optimizer in mine]
 
 
 @dataclasses.dataclass

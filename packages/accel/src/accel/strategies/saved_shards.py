@@ -63,7 +63,7 @@ def adopt_saved_shards(
         The split to load with: models and the optimizers stepping their parameters move into
         ``fsdp_model_<i>`` states.
     """
-    from accel.strategies.fsdp_checkpoint import FSDPModelState
+    from accel.strategies.fsdp_checkpoint import FSDPModelState, model_optimizers
 
     if sharded or not models or saved_sharded_models(folder) != len(models):
         return list(models), list(optimizers), list(sharded)
@@ -71,27 +71,6 @@ def adopt_saved_shards(
     claimed: set[int] = set()
     for index, model in enumerate(models):
         inner = getattr(model, "module", model)  # inside DDP
-        own = {id(parameter) for parameter in inner.parameters()}
-        mine = [
-            optimizer
-            for optimizer in optimizers
-            if id(optimizer) not in claimed
-            and any(
-                id(parameter) in own
-                for group in _raw(optimizer).param_groups
-                for parameter in group["params"]
-            )
-        ]
-        claimed.update(id(optimizer) for optimizer in mine)
-        states.append(
-            FSDPModelState(
-                name=f"fsdp_model_{index}",
-                model=inner,
-                optimizers=[_raw(optimizer) for optimizer in mine],
-            )
-        )
+        mine = model_optimizers(inner, optimizers, claimed)
+        states.append(FSDPModelState(name=f"fsdp_model_{index}", model=inner, optimizers=mine))
     return [], [opt for opt in optimizers if id(opt) not in claimed], states
-
-
-def _raw(optimizer: Any) -> torch.optim.Optimizer:
-    return getattr(optimizer, "optimizer", optimizer)  # type: ignore[no-any-return]
