@@ -26,6 +26,12 @@ STRATEGIES = {
     "fsdp2": ("--use_fsdp", "--fsdp_version", "2"),
     "zero2": ("--use_deepspeed", "--zero_stage", "2"),
 }
+#: Variants of a strategy: (its strategy, extra script arguments). Saving in the background
+#: must end bit-equal to the strategy's uninterrupted run with synchronous saves.
+VARIANTS = {
+    **{name: (name, ()) for name in STRATEGIES},
+    "fsdp2_background_saves": ("fsdp2", ("--background_saves",)),
+}
 LONG_JOB = SCRIPTS / "long_job.py"
 TIMEOUT = 10
 
@@ -75,16 +81,18 @@ def uninterrupted(tmp_path_factory, job_env) -> dict[str, dict[str, torch.Tensor
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_bit_equal(
-    tmp_path, job_env, uninterrupted, strategy
+    tmp_path, job_env, uninterrupted, variant
 ):
+    strategy, script_args = VARIANTS[variant]
     result = launch(
         LONG_JOB,
         "--die_at_step",
         "7",
         "--project_dir",
         str(tmp_path),
+        *script_args,
         env=job_env,
         flags=("--max_restarts", "2", *STRATEGIES[strategy]),
         timeout=400,
@@ -95,7 +103,6 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_job_ends_bit_equal(
     assert bit_equal(weights(tmp_path), uninterrupted[strategy])
 
 
-@pytest.mark.timeout(900)
 def _start_long_job(project: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     """``accel launch`` of the long job on 2 processes, slowed to 0.3 s a step, in its own group."""
     command = [*accel_command(), "launch", "--cpu", "--num_processes", "2", str(LONG_JOB)]
@@ -118,6 +125,7 @@ def _wait_for_first_checkpoint(job: subprocess.Popen[str], project: Path, timeou
     assert first.exists(), "training never reached its first checkpoint"
 
 
+@pytest.mark.timeout(900)
 def test_sigterm_to_the_launcher_saves_exits_75_and_a_relaunch_ends_bit_equal(
     tmp_path, job_env, uninterrupted
 ):

@@ -5,6 +5,8 @@ Run it on 2 CPU processes, with up to 3 automatic restarts of the workers:
     accel launch --cpu --num_processes 2 --max_restarts 3 examples/by_feature/fault_tolerance.py
 
 It works the same under FSDP (``--use_fsdp``) and DeepSpeed (``--use_deepspeed --zero_stage 2``).
+``--background_saves`` saves with ``save_state(blocking=False)``: the loop goes on as soon as the
+state is copied into host memory, and the checkpoint is written and published behind it.
 
 * **Restart and resume.** If a worker dies (out of memory, a lost node, ``kill -9``), torch
   elastic restarts every worker and the script runs again from the top. The three lines after
@@ -17,6 +19,15 @@ It works the same under FSDP (``--use_fsdp``) and DeepSpeed (``--use_deepspeed -
   on every process at the same step; the script saves and returns, and ``accel launch`` exits
   with status 75, which asks the scheduler to requeue the job (SLURM: ``RequeueExit=75``).
   Running the same command again finishes the job.
+* **Changing size.** A checkpoint resumes on another number of processes (model, optimizer,
+  scheduler and the data position; the rest of the epoch is exactly the samples not seen yet).
+  To go on without a machine that is lost for good, start one launcher per machine with a range
+  (torch elastic's ``--nnodes MIN:MAX``)::
+
+      accel launch --num_machines 2:3 --num_processes 3 --max_restarts 1 \
+          --main_process_ip HOST --main_process_port 29500 examples/by_feature/fault_tolerance.py
+
+  the remaining machines restart as a smaller job and resume from the newest checkpoint.
 * **Hangs.** A collective that one process never enters (a ``gather`` under
   ``if accelerator.is_main_process:``) raises on every process after the collective timeout
   (``--collective_timeout``; 5 minutes after the first step by default), naming the operation
@@ -61,6 +72,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch_size", type=int, default=8, help="per process")
     parser.add_argument("--checkpoint_every", type=int, default=5, help="optimizer steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--background_saves",
+        action="store_true",
+        help="periodic saves with save_state(blocking=False): written while training goes on",
+    )
     return parser.parse_args(argv)
 
 
@@ -124,7 +140,8 @@ def train(args: argparse.Namespace, on_step: StepHook | None = None) -> bool:
                 on_step(accelerator, progress.step)
             stop = accelerator.should_stop  # the same answer on every process
             if stop or progress.step % args.checkpoint_every == 0:
-                accelerator.save_state()
+                # The next save_state/load_state waits for a background save still running.
+                accelerator.save_state(blocking=stop or not args.background_saves)
             if stop:
                 accelerator.print(
                     f"SIGTERM: saved after step {progress.step}; exiting so the job is requeued"

@@ -3,7 +3,8 @@
 ``--requeue_exit``: leave with status 75 when stopped by SIGTERM, as a script run without
 ``accel launch`` (``srun --ntasks=2 python ...``) does so that SLURM requeues the job.
 ``--die_at_step N``: on the first attempt only (``restart_count == 0``), rank 1 kills itself with
-SIGKILL right after optimizer step N, as an out-of-memory kill would. ``--step_delay S`` sleeps S
+SIGKILL right after optimizer step N, as an out-of-memory kill would (once the first checkpoint
+is published: with ``--background_saves`` it may still be being written). ``--step_delay S`` sleeps S
 seconds after every step, so that a signal sent by a test lands mid-training. The other arguments
 go to the example unchanged.
 """
@@ -42,12 +43,17 @@ def on_step(accelerator, step: int) -> None:
         )
     first_attempt = accelerator.restart_count == 0
     if step == hooks.die_at_step and first_attempt and accelerator.process_index == 1:
+        first = Path(arguments.project_dir) / "checkpoints" / "checkpoint_0"
+        deadline = time.monotonic() + 300  # for a hang, never for speed
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
     if hooks.step_delay:
         time.sleep(hooks.step_delay)
 
 
-finished = example.train(example.parse_args(rest), on_step)
+arguments = example.parse_args(rest)
+finished = example.train(arguments, on_step)
 sys.stdout.write(f"FINISHED {finished}\n")
 if hooks.requeue_exit and not finished:
     from accel_state.contract import REQUEUE_EXIT_CODE
