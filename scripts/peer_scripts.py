@@ -107,15 +107,7 @@ SCRIPTS: tuple[PeerScript, ...] = (
         "test_distributed_data_loop.py",
         skip_counts={1: "asserts 2 processes; Accelerate's suite runs it on 2 only"},
     ),
-    PeerScript(
-        "test_merge_weights.py",
-        differs={
-            1: (
-                "FSDP in one process without a process group raises",
-                "FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP) needs a process group",
-            )
-        },
-    ),
+    PeerScript("test_merge_weights.py"),
     # tests/test_grad_sync.py.
     PeerScript("test_sync.py"),
     # tests/test_cli.py::test_notebook_launcher: `python test_notebook.py`, processes in the env.
