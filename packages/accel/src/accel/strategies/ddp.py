@@ -100,6 +100,11 @@ def _release_at_exit(model: DistributedDataParallel) -> None:
     _WRAPPERS.add(model)
 
 
+def release_all_wrappers() -> None:
+    """Drop every DDP wrapper's references to its process group (the group is destroyed)."""
+    release_process_group(*_WRAPPERS)
+
+
 def _release_wrappers_at_exit() -> None:
     """At a normal exit: stop the group accel-state started, then free it from every wrapper."""
     from accel_state.process_group import stop_at_exit

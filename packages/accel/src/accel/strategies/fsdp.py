@@ -410,6 +410,11 @@ def release_at_exit(model: torch.nn.Module) -> None:
     _SHARDED.add(model)
 
 
+def sharded_models() -> list[torch.nn.Module]:
+    """Every model this process sharded that is still alive."""
+    return list(_SHARDED)
+
+
 def _release_sharded_at_exit() -> None:
     """At a normal exit: stop the group accel-state started, then free it from sharded models.
 
