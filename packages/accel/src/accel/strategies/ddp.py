@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import sys
 import weakref
 from typing import Any
 
@@ -78,7 +79,11 @@ def release_process_group(*models: DistributedDataParallel) -> None:
     A GIL-free watchdog turns an unexpected hang into an exit with tracebacks after a minute.
     """
     holders = tuple(getattr(dist, kind) for kind in ("Reducer", "Logger") if hasattr(dist, kind))
-    faulthandler.dump_traceback_later(_RELEASE_WATCHDOG_SECONDS, exit=True)
+    if not models:
+        return
+    # The process's own stderr: sys.stderr may be a stream without a file (captured output).
+    stream = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
+    faulthandler.dump_traceback_later(_RELEASE_WATCHDOG_SECONDS, exit=True, file=stream)
     try:
         for model in models:
             for name, value in list(vars(model).items()):
