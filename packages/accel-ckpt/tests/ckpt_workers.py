@@ -26,6 +26,7 @@ from accel_ckpt import (
 from accel_ckpt._coordination import _checkpoint_group
 from accel_ckpt.checksum import crc32_of_file
 from accel_state import PartialState, reset_state
+from accel_state.group_keeper import free_destroyed_groups
 
 
 class RankShards:
@@ -187,10 +188,12 @@ def round_trips(root: str) -> dict:
     state.wait_for_everyone()
     out["leftovers"] = sorted(p.name for p in base.iterdir() if "broken" in p.name)
 
-    # Stopping the job frees the groups: nothing here keeps them (or their gloo threads) alive.
+    # Stopping the job and freeing the destroyed groups (what the next group start and the exit
+    # do) frees them: nothing here keeps them (or their gloo threads) alive.
     groups = [weakref.ref(dist.group.WORLD), weakref.ref(_checkpoint_group())]
     del setup, target
     reset_state()
+    free_destroyed_groups()
     gc.collect()
     out["groups_alive_after_stop"] = [group() is not None for group in groups]
     return out

@@ -151,6 +151,7 @@ def group_freed_after_stop() -> bool:
     from torch.nn.parallel import DistributedDataParallel
 
     from accel_state import reset_state
+    from accel_state.group_keeper import free_destroyed_groups
 
     PartialState()
     model = DistributedDataParallel(torch.nn.Linear(3, 2))
@@ -158,6 +159,7 @@ def group_freed_after_stop() -> bool:
     group = weakref.ref(dist.group.WORLD)
     del model
     reset_state()
+    free_destroyed_groups()  # what the next group start and the exit do
     gc.collect()
     return group() is None
 
@@ -166,9 +168,12 @@ def cause_reported_after_a_peer_breaks() -> None:
     """Rank 1 closes its connections, waits, then raises: rank 0's transport error comes first."""
     import torch.distributed as dist
 
+    from accel_state.group_keeper import free_destroyed_groups
+
     state = PartialState()
     if state.process_index == 1:
         dist.destroy_process_group()
+        free_destroyed_groups()  # close its connections now, not at the next start or exit
         time.sleep(2)
         raise RuntimeError("the real cause, on rank 1")
     state.wait_for_everyone()

@@ -205,15 +205,16 @@ def _exit_hook_frees_the_group() -> dict[str, Any]:
     """The exit hook destroys the group and leaves no reference to it in sharded models."""
     import torch.distributed as dist
 
-    from accel.strategies.fsdp import _release_sharded_at_exit
-    from accel_state.process_group import release_group_references
+    from accel_state.group_keeper import free_destroyed_groups
+    from accel_state.process_group import release_group_references, stop_at_exit
 
     accelerator = fresh(fsdp_plugin=plugin(2))
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer = accelerator.prepare(model, optimizer)
     _train_step(accelerator, model, optimizer, 0)
-    _release_sharded_at_exit()  # what a normal interpreter exit runs
+    stop_at_exit()  # what a normal interpreter exit runs
+    free_destroyed_groups()
     return {
         "group_destroyed": not dist.is_initialized(),
         "references_left": release_group_references(model, optimizer.state_dict()),

@@ -304,16 +304,15 @@ def groups_alive_after_exit_hooks() -> int:
 
     import torch.distributed as dist
 
-    from accel.strategies import fsdp as fsdp_strategy
-    from accel_state import device_mesh
+    from accel_state import device_mesh, group_keeper, process_group
 
     groups = [dist.group.WORLD] + [
         group for mesh in list(device_mesh._BUILT) for group in _mesh_groups(mesh)
     ]
     refs = [weakref.ref(group) for group in groups]
     del groups
-    fsdp_strategy._release_sharded_at_exit()  # mesh models are registered there too
-    device_mesh._release_at_exit()
+    process_group.stop_at_exit()  # what a normal interpreter exit runs
+    group_keeper.free_destroyed_groups()
     gc.collect()
     return sum(ref() is not None for ref in refs)
 

@@ -13,7 +13,6 @@ rank and size: :class:`~accel_state.PartialState` asks the active mesh (:func:`a
 
 from __future__ import annotations
 
-import atexit
 import gc
 import math
 import weakref
@@ -23,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 
 from accel_state.errors import ParallelismConfigError
+from accel_state.group_keeper import keep_groups, on_group_release
 from accel_state.shared import shared_dict
 
 if TYPE_CHECKING:  # the config builds meshes through this module, not the other way round
     from accel_state.parallelism_config import ParallelismConfig
 
 _ACTIVE = shared_dict("ParallelMesh")
-#: Every mesh built in this process, for the exit hook (see :func:`_release_at_exit`).
+#: Every mesh built in this process, whose groups :func:`_release_mesh_groups` frees.
 _BUILT: weakref.WeakSet[ParallelMesh] = weakref.WeakSet()
 
 
@@ -92,10 +92,9 @@ class ParallelMesh:
             for name, dims in _flattened_dims(self.config).items():
                 if dims:
                     self._flattened[name] = self._world[list(dims)]._flatten(name)
-            if not _BUILT:  # (re-)register once: atexit would call a hook twice
-                atexit.unregister(_release_at_exit)
-                atexit.register(_release_at_exit)
             _BUILT.add(self)
+            on_group_release(_release_mesh_groups)
+            keep_groups()
         self._built = True
         return self._world
 
@@ -215,12 +214,8 @@ class ParallelMesh:
         )
 
 
-def _release_at_exit() -> None:
-    """At a normal exit: stop the group accel-state started, then free the meshes' groups."""
-    from accel_state.process_group import stop_at_exit
-
-    if not stop_at_exit():
-        return
+def _release_mesh_groups() -> None:
+    """Free the destroyed groups from every mesh (run by ``free_destroyed_groups``)."""
     for mesh in list(_BUILT):
         mesh.release_groups()
     # Meshes made from these groups elsewhere (slices, DeviceMesh.from_group by FSDP or the

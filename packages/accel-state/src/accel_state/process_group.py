@@ -34,6 +34,7 @@ from torch.distributed.rendezvous import rendezvous
 from accel_state.cluster.base import ProcessLayout
 from accel_state.contract import flight_recorder_env
 from accel_state.errors import ProcessGroupError
+from accel_state.group_keeper import free_destroyed_groups, keep_groups
 
 #: The collective timeout once the first training step is done, unless one was given: 5 minutes.
 DEFAULT_TIMEOUT_SECONDS = 300.0
@@ -155,6 +156,7 @@ def start_process_group(
                 f"{dist.get_world_size()}, but the environment says rank {layout.rank} of "
                 f"{layout.world_size}; start the group with the launcher's values."
             )
+        keep_groups()
         return False
     if backend == "xla":
         import torch_xla.distributed.xla_backend  # noqa: F401  (registers the backend)
@@ -170,6 +172,7 @@ def start_process_group(
         # variables are read when the group starts. A user's own settings win.
         for name, value in flight_recorder_env().items():
             os.environ.setdefault(name, value)
+    free_destroyed_groups()
     _import_modules_that_capture_the_group()
     _starting.set()
     try:
@@ -194,6 +197,7 @@ def start_process_group(
         _starting.clear()
     global _started_here
     _started_here = True
+    keep_groups()
     atexit.register(stop_at_exit)
     return True
 
@@ -245,6 +249,7 @@ def start_single_process_group(
             f"(rank {dist.get_rank()} of {dist.get_world_size()}); use it instead."
         )
     bound_device = device if device is not None and device.type == "cuda" else None
+    free_destroyed_groups()
     _import_modules_that_capture_the_group()
     try:
         dist.init_process_group(
@@ -260,15 +265,21 @@ def start_single_process_group(
             f"Could not start a one-process {backend} process group: {error}"
         ) from error
     _started_here = True
+    keep_groups()
     atexit.register(stop_at_exit)
 
 
 def stop_process_group() -> None:
-    """Destroy the default process group if one exists."""
+    """Destroy the default process group if one exists.
+
+    Its groups stay kept (:mod:`accel_state.group_keeper`) until the next group starts or the
+    interpreter exits, so wrappers freed afterwards never drop their last reference.
+    """
     global _started_here
     _started_here = False
     atexit.unregister(stop_at_exit)
     if dist.is_available() and dist.is_initialized():
+        keep_groups()
         dist.destroy_process_group()
 
 

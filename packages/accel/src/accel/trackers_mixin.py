@@ -7,7 +7,6 @@ from typing import Any
 from accel.errors import AcceleratorConfigError
 from accel.job_facts import ProcessFacts
 from accel.process_control import ProcessControlMixin
-from accel.strategies.group_release import release_stopped_group
 from accel.tracking import GeneralTracker, tracker_class
 from accel_state import reset_state
 
@@ -98,5 +97,3 @@ class TrackersMixin(ProcessControlMixin):
         self.wait_for_everyone()
         self._ended_facts = ProcessFacts.of(self.state.partial)
         reset_state()
-        # The group is destroyed: free it from the wrappers now, not when they are freed.
-        release_stopped_group(getattr(self, "strategy", None))

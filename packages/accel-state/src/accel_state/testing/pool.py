@@ -357,6 +357,7 @@ def _clean_up(baseline: _ProcessBaseline) -> str:
     try:
         import torch.distributed as dist
 
+        from accel_state.group_keeper import free_destroyed_groups
         from accel_state.process_group import forget_rendezvous
         from accel_state.shared import reset_state
 
@@ -366,6 +367,7 @@ def _clean_up(baseline: _ProcessBaseline) -> str:
         forget_rendezvous()
         baseline.restore()
         gc.collect()
+        free_destroyed_groups()  # the job's objects are gone: its groups' threads can go too
     except BaseException:  # noqa: BLE001 - reported to the parent, which closes the pool
         return traceback.format_exc()
     return ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import faulthandler
 import sys
@@ -16,8 +15,9 @@ from torch.nn.parallel import DistributedDataParallel
 from accel.strategies.base import ModelStrategy
 from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
 from accel_state import PartialState
+from accel_state.group_keeper import keep_groups, on_group_release
 
-# Every DDP wrapper this process made, so the exit hook can detach them from the destroyed group.
+# Every DDP wrapper this process made, to detach them from destroyed groups.
 _WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _RELEASE_WATCHDOG_SECONDS = 60.0
 
@@ -38,7 +38,7 @@ class DDPStrategy(ModelStrategy):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap ``model`` in DDP unless it has nothing to train or is already wrapped."""
         if isinstance(model, DistributedDataParallel):
-            _release_at_exit(model)
+            _track(model)
             return model
         if not any(parameter.requires_grad for parameter in model.parameters()):
             return model
@@ -51,7 +51,7 @@ class DDPStrategy(ModelStrategy):
             **self.settings,
         )
         self.comm_hook.register(wrapped)
-        _release_at_exit(wrapped)
+        _track(wrapped)
         return wrapped
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
@@ -97,22 +97,17 @@ def release_process_group(*models: DistributedDataParallel) -> None:
         faulthandler.cancel_dump_traceback_later()
 
 
-def _release_at_exit(model: DistributedDataParallel) -> None:
-    """Remember ``model`` for the exit hook (registered with the first wrapper)."""
-    if not _WRAPPERS:
-        atexit.unregister(_release_wrappers_at_exit)
-        atexit.register(_release_wrappers_at_exit)
+def _track(model: DistributedDataParallel) -> None:
+    """Remember ``model`` and keep its group, so the group is freed only when that is safe.
+
+    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
+    :func:`release_all_wrappers` has taken them from the wrappers.
+    """
     _WRAPPERS.add(model)
+    on_group_release(release_all_wrappers)
+    keep_groups()
 
 
 def release_all_wrappers() -> None:
     """Drop every DDP wrapper's references to its process group (the group is destroyed)."""
     release_process_group(*_WRAPPERS)
-
-
-def _release_wrappers_at_exit() -> None:
-    """At a normal exit: stop the group accel-state started, then free it from every wrapper."""
-    from accel_state.process_group import stop_at_exit
-
-    if stop_at_exit():
-        release_process_group(*_WRAPPERS)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,8 @@ from accel.utils.deepspeed import (
 )
 from accel_ckpt import IncompleteCheckpointError, ShardedState
 from accel_state import GradientState, PartialState
+from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.process_group import release_group_references
 
 
 def is_engine(obj: Any) -> bool:
@@ -261,6 +265,7 @@ class DeepSpeedStrategy(ModelStrategy):
             kwargs["lr_scheduler"] = dummy_scheduler.lr_scheduler_callable
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
+        _track_engine(engine)
         cast_inputs_for_bf16(engine, config)
         if training:  # inference engines (another plugin) stay out of backward
             from accel.state import AcceleratorState
@@ -469,6 +474,30 @@ def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     deepspeed.init_distributed(dist_backend=state.backend or "gloo", auto_mpi_discovery=False)
     _forget_stale_groups()
+
+
+# Every DeepSpeed engine this process made: its modules and optimizer hold the engine's groups.
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _track_engine(engine: Any) -> None:
+    """Remember ``engine`` and keep its groups, so they are freed only when that is safe.
+
+    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
+    :func:`_release_engine_groups` has taken them from the engines and DeepSpeed's caches.
+    """
+    _ENGINES.add(engine)
+    on_group_release(_release_engine_groups)
+    keep_groups()
+
+
+def _release_engine_groups() -> None:
+    """Drop destroyed groups from DeepSpeed engines and DeepSpeed's cached groups."""
+    roots: list[Any] = list(_ENGINES)
+    cached_groups = sys.modules.get("deepspeed.utils.groups")
+    if cached_groups is not None:  # DeepSpeed's cached world and data-parallel groups
+        roots.append(vars(cached_groups))
+    release_group_references(*roots)
 
 
 def _forget_stale_groups() -> None:

@@ -7,7 +7,6 @@ or from the launcher's ``--fsdp_*`` flags / ``fsdp_config`` keys.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +21,8 @@ from accel.placement import ParameterMoves, switch_parameters
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ShardedState
 from accel_state import PartialState
+from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.process_group import release_group_references
 
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
@@ -111,7 +112,7 @@ class FSDPStrategy(ModelStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(wrapped))
-        release_at_exit(wrapped)
+        track_sharded(wrapped)
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
         from torch.distributed.fsdp import FSDPModule
@@ -394,38 +395,28 @@ class FSDPStrategy(ModelStrategy):
         return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 
 
-# Every model this process sharded, so the exit hook can free the destroyed group they hold.
+# Every model this process sharded, to free destroyed groups from them.
 _SHARDED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
-def release_at_exit(model: torch.nn.Module) -> None:
-    """Remember ``model`` for the exit hook (registered with the first sharded model).
+def track_sharded(model: torch.nn.Module) -> None:
+    """Remember ``model`` and keep the groups it uses, so they are freed only when that is safe.
 
-    The hook frees the destroyed group from everything reachable from the model: FSDP units,
-    ``DTensor`` parameters and their meshes (FSDP, HSDP and tensor-parallel models alike).
+    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
+    :func:`_release_sharded_models` has taken them from the models.
     """
-    if not _SHARDED:
-        atexit.unregister(_release_sharded_at_exit)
-        atexit.register(_release_sharded_at_exit)
     _SHARDED.add(model)
+    on_group_release(_release_sharded_models)
+    keep_groups()
 
 
-def sharded_models() -> list[torch.nn.Module]:
-    """Every model this process sharded that is still alive."""
-    return list(_SHARDED)
+def _release_sharded_models() -> None:
+    """Drop destroyed groups from everything reachable from the sharded models.
 
-
-def _release_sharded_at_exit() -> None:
-    """At a normal exit: stop the group accel-state started, then free it from sharded models.
-
-    FSDP2 modules and their ``DTensor`` parameters keep the group; if they outlive the
-    interpreter's atexit stage (held by the script's globals, or cyclic garbage not yet
-    collected), the group's gloo threads are torn down during shutdown and may abort the process.
+    FSDP units, ``DTensor`` parameters and their meshes (FSDP, HSDP and tensor-parallel models
+    alike) hold groups where no public API releases them.
     """
-    from accel_state.process_group import release_group_references, stop_at_exit
-
-    if stop_at_exit():
-        release_group_references(*_SHARDED)
+    release_group_references(*_SHARDED)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,92 @@
+"""Keeping process groups alive until they can be freed safely.
+
+A gloo collective started during ``backward`` (every DDP and FSDP gradient reduction) carries a
+snapshot of the thread's state, and that snapshot holds a Python object (the ``contextvars`` context that
+``torch.autograd.graph._engine_run_backward`` stashes in thread-local state, torch 2.13). The gloo worker
+thread that ran the collective frees it afterwards, and freeing that object needs the GIL. If the
+group's last reference is dropped by a C++ holder that keeps the GIL while it is freed (DDP's
+``Reducer``, freed with its wrapper when a script's function returns after
+``destroy_process_group()``), the group's destructor joins that worker thread while the worker
+waits for the GIL: the process hangs, or, during interpreter shutdown, aborts ("terminate called
+without an active exception").
+
+So this module holds its own reference to every group it is shown (:func:`keep_groups`), and no
+other holder can drop the last one. Kept groups are freed only by :func:`free_destroyed_groups`,
+when no default group is running: it first lets every registered holder drop its references
+(:func:`on_group_release`), then drops its own through the Python group object, whose destructor
+releases the GIL before the C++ one joins the worker threads. That happens before the next group
+starts and at a normal interpreter exit, long after the group's last collective.
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections.abc import Callable
+
+import torch.distributed as dist
+
+# Each kept group by id: the Python objects, so dropping them releases the GIL first.
+_KEPT: dict[int, dist.ProcessGroup] = {}
+_HOLDER_RELEASES: list[Callable[[], None]] = []
+
+
+def keep_groups() -> int:
+    """Hold a reference to every process group torch currently knows (default and subgroups).
+
+    Call it wherever groups may have been made: after a group starts, after models are wrapped
+    (meshes make subgroups) and before a group is destroyed.
+
+    Returns:
+        How many groups are kept now.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        return len(_KEPT)
+    from torch.distributed import distributed_c10d as c10d
+
+    for group in list(c10d._world.pg_map):
+        if isinstance(group, dist.ProcessGroup):
+            _KEPT.setdefault(id(group), group)
+    return len(_KEPT)
+
+
+def kept_group_count() -> int:
+    """How many groups are kept (running or destroyed), for tests and diagnostics."""
+    return len(_KEPT)
+
+
+def on_group_release(release: Callable[[], None]) -> Callable[[], None]:
+    """Have :func:`free_destroyed_groups` call ``release`` before it frees the kept groups.
+
+    ``release`` drops the references that objects it knows about (wrappers, meshes, engines)
+    hold to destroyed groups, so that the kept reference is the last one. Registered once per
+    function.
+
+    Returns:
+        ``release`` itself, so this can decorate a function.
+    """
+    if release not in _HOLDER_RELEASES:
+        _HOLDER_RELEASES.append(release)
+    return release
+
+
+def free_destroyed_groups() -> int:
+    """Free the kept groups once no default group is running (does nothing while one is).
+
+    Returns:
+        How many kept groups were let go.
+    """
+    if not dist.is_available() or dist.is_initialized() or not _KEPT:
+        return 0
+    for release in list(_HOLDER_RELEASES):
+        release()
+    count = len(_KEPT)
+    while _KEPT:
+        _, group = _KEPT.popitem()
+        # The last reference, dropped here: the holder releases the GIL, then joins the threads.
+        del group
+    return count
+
+
+# Registered at import, before any group starts: atexit runs it after stop_at_exit (registered
+# when a group starts), so the group accel-state owns is destroyed by then.
+atexit.register(free_destroyed_groups)
