@@ -1,16 +1,17 @@
 """Every way a script ends its process group, repeated on 2 real processes that really exit.
 
-    python group_endings_script.py ENDING REPEATS
+    python group_endings_script.py REPEATS ENDING [ENDING ...]
 
-The driver imports torch and accel once, then for each repetition forks two ranks (a fresh port
+The driver imports torch and accel once, then for each ending and repetition forks two ranks (a fresh port
 each time). A rank prepares DDP models in a function, trains two steps, ends the group the
 ENDING way, lets the function return (freeing the wrappers) and leaves the interpreter the normal
 way: atexit hooks, module teardown and all. Forking after the imports makes a repetition cost
 about a second instead of two interpreter start-ups.
 
 A rank that has not exited after ``HANG_SECONDS`` is hung: the driver has it dump its threads'
-stacks (faulthandler, which needs no GIL), kills both and exits 1. A rank that exits non-zero
-(an abort at shutdown is -6) fails the run too. The last line says how many repetitions ended.
+stacks (faulthandler, which needs no GIL), kills it and goes on with the next ending. A rank that
+exits non-zero (an abort at shutdown is -6) fails its ending too. Each ending's last line says how
+many repetitions ended cleanly; the exit code is 1 when any ending failed.
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ def warm_up() -> None:
     accel_state.reset_state()
 
 
-def drive(ending: str, repeats: int) -> tuple[str, int, int] | None:
-    """Fork the ranks of every repetition; in a rank, return what it must run."""
-    warm_up()
+def run_ending(ending: str, repeats: int) -> tuple[str, int, int] | bool:
+    """Fork the ranks of every repetition of ``ending``: in a rank, what it must run; in the
+    driver, whether every repetition ended cleanly."""
     for repetition in range(1, repeats + 1):
         port = find_free_port()
         pids = []
@@ -143,17 +144,28 @@ def drive(ending: str, repeats: int) -> tuple[str, int, int] | None:
         if running:
             stop_hung(running)
             print(f"{ending}: repetition {repetition} HUNG; stacks above", flush=True)
-            sys.exit(1)
+            return False
         if any(codes.values()):
             print(f"{ending}: repetition {repetition} exit codes {sorted(codes.values())}")
-            sys.exit(1)
+            return False
     print(f"{ending}: {repeats} of {repeats} repetitions ended cleanly", flush=True)
-    return None
+    return True
+
+
+def drive(repeats: int, endings: list[str]) -> tuple[str, int, int] | None:
+    """Run every ending; in a rank, return what it must run (the driver exits)."""
+    warm_up()
+    clean = True
+    for ending in endings:
+        outcome = run_ending(ending, repeats)
+        if isinstance(outcome, tuple):
+            return outcome
+        clean = clean and outcome
+    sys.exit(0 if clean else 1)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ENDINGS:
-        sys.exit(f"usage: {sys.argv[0]} {{{','.join(ENDINGS)}}} REPEATS")
-    rank_to_run = drive(sys.argv[1], int(sys.argv[2]))
-    if rank_to_run is not None:
-        run_rank(*rank_to_run)
+    unknown = [ending for ending in sys.argv[2:] if ending not in ENDINGS]
+    if len(sys.argv) < 3 or unknown:
+        sys.exit(f"usage: {sys.argv[0]} REPEATS {{{','.join(ENDINGS)}}} ...")
+    run_rank(*drive(int(sys.argv[1]), sys.argv[2:]))
