@@ -218,3 +218,62 @@ def test_fallback_allocate_counts_tied_modules_with_the_candidate():
     assert fallback_allocate(modules, sizes, 256)[0] == "0"
     assert fallback_allocate(modules, sizes, 256, tied_parameters=tied)[0] == "1"
     assert fallback_allocate(modules, sizes, 288, tied_parameters=tied)[0] == "0"
+
+
+def test_get_max_memory_converts_the_callers_size_strings_in_place() -> None:
+    # transformers' from_pretrained(max_memory=...) compares the caller's dict with the result.
+    from accel_ckpt.big_modeling import get_max_memory
+
+    given: dict[object, int | str] = {"cpu": "150KB", "disk": 10**9}
+    result = get_max_memory(given)
+    assert given == {"cpu": 150_000, "disk": 10**9}
+    assert result == {"cpu": 150_000, "disk": 10**9}
+    frozen = {"cpu": "1KB"}
+    assert get_max_memory(frozen.items().mapping) == {"cpu": 1000}  # read-only: not touched
+    assert frozen == {"cpu": "1KB"}
+
+
+def test_offload_index_entries_into_safetensors_files_are_read_and_cast(tmp_path: Path) -> None:
+    # transformers 5 indexes disk-offloaded weights that stay in the checkpoint it loads from.
+    from safetensors.torch import save_file
+
+    from accel_ckpt.big_modeling.offload import OffloadedWeightsLoader, offload_weight
+
+    weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    save_file({"model.w": weight}, str(tmp_path / "model.safetensors"))
+    index: dict[str, dict[str, object]] = {
+        "w_bf16": {
+            "safetensors_file": str(tmp_path / "model.safetensors"),
+            "weight_name": "model.w",
+            "dtype": "bfloat16",
+        },
+        "w_same": {
+            "safetensors_file": str(tmp_path / "model.safetensors"),
+            "weight_name": "model.w",
+        },
+    }
+    offload_weight(weight * 2, "w_dat", tmp_path / "offload", index)
+    loader = OffloadedWeightsLoader(save_folder=tmp_path / "offload", index=index)
+    assert loader["w_bf16"].dtype == torch.bfloat16
+    assert torch.equal(loader["w_bf16"], weight.to(torch.bfloat16))
+    assert torch.equal(loader["w_same"], weight)
+    assert torch.equal(loader["w_dat"], weight * 2)
+    assert sorted(loader) == ["w_bf16", "w_dat", "w_same"]
+
+
+def test_offload_index_into_a_missing_or_wrong_safetensors_file_says_so(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from accel_ckpt.big_modeling.offload import OffloadedWeightsLoader
+    from accel_ckpt.errors import CheckpointNotFoundError, CorruptCheckpointError
+
+    save_file({"a": torch.ones(2)}, str(tmp_path / "model.safetensors"))
+    entries = {
+        "gone": {"safetensors_file": str(tmp_path / "moved.safetensors"), "weight_name": "a"},
+        "misnamed": {"safetensors_file": str(tmp_path / "model.safetensors"), "weight_name": "b"},
+    }
+    loader = OffloadedWeightsLoader(index=entries)
+    with pytest.raises(CheckpointNotFoundError, match=r"'gone' points into .*moved.safetensors"):
+        loader["gone"]
+    with pytest.raises(CorruptCheckpointError, match=r"maps 'misnamed' to 'b'.*no such tensor"):
+        loader["misnamed"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -100,7 +100,8 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
     Without ``max_memory``: the free memory of every visible GPU (in index order) and the
     available host memory under ``"cpu"``. Given one, its sizes are parsed (``"10GiB"``) and its
     keys normalised (``"cuda:1"`` -> ``1``); GPUs come first, in order, then ``"cpu"`` and
-    ``"disk"``. GPUs are not checked against the visible ones here (plans can be made for
+    ``"disk"``. As in Accelerate, size strings in a given mutable mapping are also replaced by
+    their bytes in place (under the caller's keys). GPUs are not checked against the visible ones here (plans can be made for
     another machine); :func:`dispatch_model` checks them.
 
     Raises:
@@ -122,9 +123,16 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
         result[CPU] = available_cpu_memory()
         return result
     parsed: dict[DeviceKey, int] = {}
+    in_place: dict[object, int] = {}
     for key, value in max_memory.items():
         device = normalize_device_key(key)
         parsed[device] = _parse_amount(device, value)
+        if isinstance(value, str):
+            in_place[key] = parsed[device]
+    if isinstance(max_memory, MutableMapping):
+        # Accelerate converts the caller's size strings in place, and transformers compares the
+        # caller's dict with the result afterwards (its from_pretrained(max_memory=...)).
+        max_memory.update(in_place)
     return order_devices(parsed)
 
 

@@ -3,6 +3,11 @@
 The layout is Accelerate's: ``index.json`` maps each name to ``{"dtype": "float32", "shape":
 [...]}``, and ``<name>.dat`` holds the tensor's bytes. Tensors are read back with one ``readinto``
 into a fresh tensor, so nothing stays mapped after the forward pass that needed them.
+
+An entry may instead point into a safetensors file (``{"safetensors_file": path, "weight_name":
+name, "dtype": "bfloat16"}``): transformers 5 writes such indexes for weights that stay in the
+checkpoint it loads from, instead of copying them. Those are read with ``safe_open`` and cast to
+the entry's dtype, as Accelerate's loader does.
 """
 
 from __future__ import annotations
@@ -117,6 +122,33 @@ def load_offloaded_weight(weight_file: PathLike, weight_info: Mapping[str, objec
     return tensor
 
 
+def load_safetensors_entry(entry: Mapping[str, object], key: str) -> torch.Tensor:
+    """Read an index entry that points into a safetensors file (on the CPU, in its dtype).
+
+    Raises:
+        CheckpointNotFoundError: The file is missing.
+        CorruptCheckpointError: The file has no tensor of that name.
+
+    """
+    from safetensors import safe_open
+
+    path = os.fspath(str(entry["safetensors_file"]))
+    name = str(entry.get("weight_name") or key)
+    if not os.path.exists(path):
+        raise CheckpointNotFoundError(
+            f"The offloaded weight {key!r} points into {path}, which is missing; the checkpoint "
+            "was moved after loading. Load it again."
+        )
+    with safe_open(path, framework="pt", device="cpu") as handle:
+        if name not in handle.keys():  # noqa: SIM118 - safe_open has keys(), not __contains__
+            raise CorruptCheckpointError(
+                f"The offload index maps {key!r} to {name!r} in {path}, which has no such tensor."
+            )
+        tensor = handle.get_tensor(name)
+    dtype = entry.get("dtype")
+    return tensor.to(dtype_from_name(str(dtype))) if dtype else tensor
+
+
 class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
     """A read-only mapping over tensors kept in memory (``state_dict``) and on disk.
 
@@ -126,7 +158,8 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
     Args:
         state_dict: Tensors held in (CPU) memory.
         save_folder: The offload folder; its ``index.json`` is read unless ``index`` is given.
-        index: Name -> ``{"dtype", "shape"}`` of the disk tensors.
+        index: Name -> ``{"dtype", "shape"}`` of the disk tensors (or ``{"safetensors_file",
+            "weight_name", "dtype"}`` for tensors read from a safetensors file).
         device: Move tensors read from disk there (default: stay on the CPU).
 
     """
@@ -157,9 +190,13 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
     def __getitem__(self, key: str) -> torch.Tensor:
         if key in self.state_dict:
             return self.state_dict[key]
-        if key not in self.index or self.save_folder is None:
+        entry = self.index.get(key)
+        if entry is not None and entry.get("safetensors_file") is not None:
+            tensor = load_safetensors_entry(entry, key)
+        elif entry is not None and self.save_folder is not None:
+            tensor = load_offloaded_weight(self.save_folder / f"{key}.dat", entry)
+        else:
             raise KeyError(key)
-        tensor = load_offloaded_weight(self.save_folder / f"{key}.dat", self.index[key])
         return tensor.to(self.device) if self.device is not None else tensor
 
     def __iter__(self) -> Iterator[str]:
