@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import gc
 import math
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from accel_state.errors import ParallelismConfigError
-from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.group_keeper import GroupHolders
 from accel_state.shared import shared_dict
 
 if TYPE_CHECKING:  # the config builds meshes through this module, not the other way round
     from accel_state.parallelism_config import ParallelismConfig
 
 _ACTIVE = shared_dict("ParallelMesh")
-#: Every mesh built in this process, whose groups :func:`_release_mesh_groups` frees.
-_BUILT: weakref.WeakSet[ParallelMesh] = weakref.WeakSet()
 
 
 def _flattened_dims(config: ParallelismConfig) -> dict[str, list[str]]:
@@ -93,8 +90,6 @@ class ParallelMesh:
                 if dims:
                     self._flattened[name] = self._world[list(dims)]._flatten(name)
             _BUILT.add(self)
-            on_group_release(_release_mesh_groups)
-            keep_groups()
         self._built = True
         return self._world
 
@@ -214,9 +209,9 @@ class ParallelMesh:
         )
 
 
-def _release_mesh_groups() -> None:
-    """Free the destroyed groups from every mesh (run by ``free_destroyed_groups``)."""
-    for mesh in list(_BUILT):
+def _release_mesh_groups(meshes: list[ParallelMesh]) -> None:
+    """Free the destroyed groups from ``meshes`` (run by ``free_destroyed_groups``)."""
+    for mesh in meshes:
         mesh.release_groups()
     # Meshes made from these groups elsewhere (slices, DeviceMesh.from_group by FSDP or the
     # checkpoint helpers, meshes kept in torch's sharding caches) hold them in registries too.
@@ -225,6 +220,10 @@ def _release_mesh_groups() -> None:
     for obj in gc.get_objects():
         if isinstance(obj, DeviceMesh):
             _clear_registry(obj)
+
+
+#: Every mesh built in this process, whose groups :func:`_release_mesh_groups` frees.
+_BUILT = GroupHolders(_release_mesh_groups)
 
 
 def _clear_registry(mesh: Any) -> None:

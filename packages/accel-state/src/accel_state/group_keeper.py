@@ -21,7 +21,9 @@ starts and at a normal interpreter exit, long after the group's last collective.
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch.distributed as dist
 
@@ -67,6 +69,34 @@ def on_group_release(release: Callable[[], None]) -> Callable[[], None]:
     if release not in _HOLDER_RELEASES:
         _HOLDER_RELEASES.append(release)
     return release
+
+
+class GroupHolders:
+    """Live objects of one kind that hold process groups (DDP wrappers, sharded models, meshes).
+
+    :meth:`add` remembers an object (weakly) and keeps every group that exists now; before kept
+    groups are freed, ``release`` is called with the live objects to drop their references.
+
+    Args:
+        release: Drops the process groups held by the objects it is given.
+    """
+
+    def __init__(self, release: Callable[[list[Any]], object]) -> None:
+        self._holders: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._release = release
+
+    def add(self, holder: Any) -> None:
+        """Remember ``holder`` and keep the groups it may use."""
+        self._holders.add(holder)
+        on_group_release(self.release)
+        keep_groups()
+
+    def release(self) -> None:
+        """Have the live holders drop their groups (they cannot run collectives afterwards)."""
+        self._release(list(self._holders))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._holders))
 
 
 def free_destroyed_groups() -> int:

@@ -144,7 +144,7 @@ def load_safetensors_entry(entry: Mapping[str, object], key: str) -> torch.Tenso
             raise CorruptCheckpointError(
                 f"The offload index maps {key!r} to {name!r} in {path}, which has no such tensor."
             )
-        tensor = handle.get_tensor(name)
+        tensor: torch.Tensor = handle.get_tensor(name)
     dtype = entry.get("dtype")
     return tensor.to(dtype_from_name(str(dtype))) if dtype else tensor
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import sys
-import weakref
 from typing import Any
 
 import torch
@@ -15,10 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 from accel.strategies.base import ModelStrategy
 from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
 from accel_state import PartialState
-from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.group_keeper import GroupHolders
 
-# Every DDP wrapper this process made, to detach them from destroyed groups.
-_WRAPPERS: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _RELEASE_WATCHDOG_SECONDS = 60.0
 
 
@@ -38,7 +35,7 @@ class DDPStrategy(ModelStrategy):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap ``model`` in DDP unless it has nothing to train or is already wrapped."""
         if isinstance(model, DistributedDataParallel):
-            _track(model)
+            _WRAPPERS.add(model)
             return model
         if not any(parameter.requires_grad for parameter in model.parameters()):
             return model
@@ -51,7 +48,7 @@ class DDPStrategy(ModelStrategy):
             **self.settings,
         )
         self.comm_hook.register(wrapped)
-        _track(wrapped)
+        _WRAPPERS.add(wrapped)
         return wrapped
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
@@ -97,17 +94,5 @@ def release_process_group(*models: DistributedDataParallel) -> None:
         faulthandler.cancel_dump_traceback_later()
 
 
-def _track(model: DistributedDataParallel) -> None:
-    """Remember ``model`` and keep its group, so the group is freed only when that is safe.
-
-    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
-    :func:`release_all_wrappers` has taken them from the wrappers.
-    """
-    _WRAPPERS.add(model)
-    on_group_release(release_all_wrappers)
-    keep_groups()
-
-
-def release_all_wrappers() -> None:
-    """Drop every DDP wrapper's references to its process group (the group is destroyed)."""
-    release_process_group(*_WRAPPERS)
+# Every DDP wrapper this process made: detached from destroyed groups before they are freed.
+_WRAPPERS = GroupHolders(lambda models: release_process_group(*models))

@@ -17,7 +17,6 @@ import contextlib
 import os
 import sys
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from accel.utils.deepspeed import (
 )
 from accel_ckpt import IncompleteCheckpointError, ShardedState
 from accel_state import GradientState, PartialState
-from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
 
 
@@ -265,7 +264,7 @@ class DeepSpeedStrategy(ModelStrategy):
             kwargs["lr_scheduler"] = dummy_scheduler.lr_scheduler_callable
         _ensure_process_group(deepspeed, self.state)
         engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
-        _track_engine(engine)
+        _ENGINES.add(engine)
         cast_inputs_for_bf16(engine, config)
         if training:  # inference engines (another plugin) stay out of backward
             from accel.state import AcceleratorState
@@ -476,28 +475,17 @@ def _ensure_process_group(deepspeed: Any, state: PartialState) -> None:
     _forget_stale_groups()
 
 
-# Every DeepSpeed engine this process made: its modules and optimizer hold the engine's groups.
-_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def _track_engine(engine: Any) -> None:
-    """Remember ``engine`` and keep its groups, so they are freed only when that is safe.
-
-    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
-    :func:`_release_engine_groups` has taken them from the engines and DeepSpeed's caches.
-    """
-    _ENGINES.add(engine)
-    on_group_release(_release_engine_groups)
-    keep_groups()
-
-
-def _release_engine_groups() -> None:
+def _release_engine_groups(engines: list[Any]) -> None:
     """Drop destroyed groups from DeepSpeed engines and DeepSpeed's cached groups."""
-    roots: list[Any] = list(_ENGINES)
+    roots: list[Any] = list(engines)
     cached_groups = sys.modules.get("deepspeed.utils.groups")
     if cached_groups is not None:  # DeepSpeed's cached world and data-parallel groups
         roots.append(vars(cached_groups))
     release_group_references(*roots)
+
+
+# Every DeepSpeed engine this process made: its modules and optimizer hold the engine's groups.
+_ENGINES = GroupHolders(_release_engine_groups)
 
 
 def _forget_stale_groups() -> None:

@@ -21,7 +21,7 @@ from accel.placement import ParameterMoves, switch_parameters
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ShardedState
 from accel_state import PartialState
-from accel_state.group_keeper import keep_groups, on_group_release
+from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
 
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -112,7 +112,7 @@ class FSDPStrategy(ModelStrategy):
             if old is not None and old is not parameter:
                 self._moves[id(old)] = (weakref.ref(old), parameter)
         self._roots.append(weakref.ref(wrapped))
-        track_sharded(wrapped)
+        _SHARDED.add(wrapped)
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
         from torch.distributed.fsdp import FSDPModule
@@ -395,28 +395,10 @@ class FSDPStrategy(ModelStrategy):
         return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
 
 
-# Every model this process sharded, to free destroyed groups from them.
-_SHARDED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-
-
-def track_sharded(model: torch.nn.Module) -> None:
-    """Remember ``model`` and keep the groups it uses, so they are freed only when that is safe.
-
-    accel-state frees kept groups once none runs (see :mod:`accel_state.group_keeper`), after
-    :func:`_release_sharded_models` has taken them from the models.
-    """
-    _SHARDED.add(model)
-    on_group_release(_release_sharded_models)
-    keep_groups()
-
-
-def _release_sharded_models() -> None:
-    """Drop destroyed groups from everything reachable from the sharded models.
-
-    FSDP units, ``DTensor`` parameters and their meshes (FSDP, HSDP and tensor-parallel models
-    alike) hold groups where no public API releases them.
-    """
-    release_group_references(*_SHARDED)
+# Every model this process sharded: everything reachable from it (FSDP units, DTensor parameters
+# and their meshes, for FSDP, HSDP and tensor-parallel models alike) holds groups where no public
+# API releases them, so destroyed groups are taken from all of it before they are freed.
+_SHARDED = GroupHolders(lambda models: release_group_references(*models))
 
 
 @contextlib.contextmanager
