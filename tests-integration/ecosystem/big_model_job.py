@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tiny_models import VOCAB
 from transformers import (
     AutoModel,
     AutoModelForCausalLM,
@@ -36,7 +37,6 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-VOCAB = 64
 SHARD = "20KB"  # several safetensors shards for every model
 
 
