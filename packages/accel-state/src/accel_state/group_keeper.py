@@ -1,21 +1,21 @@
 """Keeping process groups alive until they can be freed safely.
 
 A gloo collective started during ``backward`` (every DDP and FSDP gradient reduction) carries a
-snapshot of the thread's state, and that snapshot holds a Python object (the ``contextvars`` context that
-``torch.autograd.graph._engine_run_backward`` stashes in thread-local state, torch 2.13). The gloo worker
-thread that ran the collective frees it afterwards, and freeing that object needs the GIL. If the
-group's last reference is dropped by a C++ holder that keeps the GIL while it is freed (DDP's
-``Reducer``, freed with its wrapper when a script's function returns after
+snapshot of the thread's state, and that snapshot holds a Python object (the ``contextvars``
+context that ``torch.autograd.graph._engine_run_backward`` stashes in thread-local state, torch
+2.13). The gloo worker thread that ran the collective frees it afterwards, and freeing that object
+needs the GIL. If the group's last reference is dropped by a C++ holder that keeps the GIL while
+it is freed (DDP's ``Reducer``, freed with its wrapper when a script's function returns after
 ``destroy_process_group()``), the group's destructor joins that worker thread while the worker
 waits for the GIL: the process hangs, or, during interpreter shutdown, aborts ("terminate called
 without an active exception").
 
 So this module holds its own reference to every group it is shown (:func:`keep_groups`), and no
 other holder can drop the last one. Kept groups are freed only by :func:`free_destroyed_groups`,
-when no default group is running: it first lets every registered holder drop its references
-(:func:`on_group_release`), then drops its own through the Python group object, whose destructor
-releases the GIL before the C++ one joins the worker threads. That happens before the next group
-starts and at a normal interpreter exit, long after the group's last collective.
+when no default group is running: it first has every :class:`GroupHolders` drop its objects'
+references, then drops its own through the Python group object, whose destructor releases the
+GIL before the C++ one joins the worker threads. That happens before the next group starts and at
+a normal interpreter exit, long after the group's last collective.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import torch.distributed as dist
 
 # Each kept group by id: the Python objects, so dropping them releases the GIL first.
 _KEPT: dict[int, dist.ProcessGroup] = {}
-_HOLDER_RELEASES: list[Callable[[], None]] = []
+# Every GroupHolders that has held an object: each drops its groups before kept ones are freed.
+_HOLDERS: list[GroupHolders] = []
 
 
 def keep_groups() -> int:
@@ -56,21 +57,6 @@ def kept_group_count() -> int:
     return len(_KEPT)
 
 
-def on_group_release(release: Callable[[], None]) -> Callable[[], None]:
-    """Have :func:`free_destroyed_groups` call ``release`` before it frees the kept groups.
-
-    ``release`` drops the references that objects it knows about (wrappers, meshes, engines)
-    hold to destroyed groups, so that the kept reference is the last one. Registered once per
-    function.
-
-    Returns:
-        ``release`` itself, so this can decorate a function.
-    """
-    if release not in _HOLDER_RELEASES:
-        _HOLDER_RELEASES.append(release)
-    return release
-
-
 class GroupHolders:
     """Live objects of one kind that hold process groups (DDP wrappers, sharded models, meshes).
 
@@ -88,7 +74,8 @@ class GroupHolders:
     def add(self, holder: Any) -> None:
         """Remember ``holder`` and keep the groups it may use."""
         self._holders.add(holder)
-        on_group_release(self.release)
+        if self not in _HOLDERS:
+            _HOLDERS.append(self)
         keep_groups()
 
     def release(self) -> None:
@@ -107,8 +94,8 @@ def free_destroyed_groups() -> int:
     """
     if not dist.is_available() or dist.is_initialized() or not _KEPT:
         return 0
-    for release in list(_HOLDER_RELEASES):
-        release()
+    for holders in list(_HOLDERS):
+        holders.release()
     count = len(_KEPT)
     while _KEPT:
         _, group = _KEPT.popitem()

@@ -101,8 +101,8 @@ def get_max_memory(max_memory: Mapping[object, int | str] | None = None) -> dict
     available host memory under ``"cpu"``. Given one, its sizes are parsed (``"10GiB"``) and its
     keys normalised (``"cuda:1"`` -> ``1``); GPUs come first, in order, then ``"cpu"`` and
     ``"disk"``. As in Accelerate, size strings in a given mutable mapping are also replaced by
-    their bytes in place (under the caller's keys). GPUs are not checked against the visible ones here (plans can be made for
-    another machine); :func:`dispatch_model` checks them.
+    their bytes in place (under the caller's keys). GPUs are not checked against the visible ones
+    here (plans can be made for another machine); :func:`dispatch_model` checks them.
 
     Raises:
         DeviceMapError: A key names no device.
