@@ -584,6 +584,11 @@ ECOSYSTEM_LIBRARIES = [
     "datasets==5.2.0",
     "numpy",
     "deepspeed",
+    # Trainer.hyperparameter_search's backend (tests-integration/ecosystem/names_job.py).
+    "optuna",
+    # from_pretrained(quantization_config=BitsAndBytesConfig(...)) (big_model_job.py); the
+    # release constraints/cpu.txt pins, in Accelerate's venv too.
+    "bitsandbytes==0.50.2",
 ]
 ECOSYSTEM_BASELINE_VENV = ROOT / ".nox" / "ecosystem-accelerate-1-15-0"
 

@@ -7,7 +7,8 @@ safetensors shards, are loaded through every big-model path transformers offers:
 ``"auto"``/``"balanced"``/``"sequential"`` with a CPU budget in bytes or as a string so part goes
 to disk, bf16 with disk offload, an explicit map with ``"disk"`` entries, ``offload_buffers``, the
 ignored ``offload_state_dict``, ``generate()`` on an offloaded model and a PEFT LoRA adapter loaded
-onto one. Each case records the device map, the outputs (exact floats) and any error, in
+onto one; and a wider Llama loaded 8-bit and 4-bit through ``BitsAndBytesConfig``. Each case
+records the device map, the outputs (exact floats) and any error, in
 ``OUT/result.json``; ``test_big_models.py`` compares accel's file with Accelerate's.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import name_use_recorder  # noqa: F401 - records Accelerate names in use
 import torch
 from tiny_models import VOCAB
 from transformers import (
@@ -271,11 +273,64 @@ def build_again(name: str) -> PreTrainedModel:
     return ARCHITECTURES[name][0]().eval()
 
 
+def wide_llama() -> PreTrainedModel:
+    """A Llama wide enough for bitsandbytes' 4-bit CPU kernels (blocks of 64 values per row)."""
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
+
+
+def run_quantized(root: Path) -> dict[str, Any]:
+    """``from_pretrained(quantization_config=BitsAndBytesConfig(...))``: 8-bit and 4-bit (NF4)."""
+    from transformers import BitsAndBytesConfig
+
+    torch.manual_seed(0)
+    model = wide_llama().eval()
+    saved = root / "wide_llama"
+    model.save_pretrained(saved, max_shard_size="100KB")
+    record: dict[str, Any] = {"in_memory": outputs(model, "llama")}
+    configs = {
+        "8bit": BitsAndBytesConfig(load_in_8bit=True),
+        "4bit_nf4": BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+        ),
+    }
+    for name, config in configs.items():
+
+        def quantized(config: Any = config) -> dict[str, Any]:
+            loaded = AutoModelForCausalLM.from_pretrained(
+                saved, quantization_config=config, device_map="auto"
+            ).eval()
+            layers = sorted(
+                {type(m).__name__ for m in loaded.modules() if "Linear" in type(m).__name__}
+            )
+            return {
+                "map": {k: str(v) for k, v in getattr(loaded, "hf_device_map", {}).items()},
+                "layers": layers,
+                "outputs": outputs(loaded, "llama"),
+            }
+
+        case(record, name, quantized)
+    return record
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     root = out / "models"
     root.mkdir(parents=True, exist_ok=True)
     results = {name: run_architecture(name, root) for name in ARCHITECTURES}
+    results["quantized"] = run_quantized(root)
     (out / "result.json").write_text(json.dumps(results))
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from accelerate_names import imported_names, write_sites
+from name_use_recorder import SITES_ENV, used_names
 
 HERE = Path(__file__).parent
 BASELINE_PYTHON_ENV = "ACCEL_ECOSYSTEM_BASELINE_PYTHON"
@@ -56,6 +58,9 @@ class JobRunner:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._results: dict[tuple[Any, ...], dict[str, Any]] = {}
+        # Every job records which Accelerate names the libraries' code reached (test_names.py).
+        self.name_sites = root / "accelerate_name_sites.json"
+        write_sites(self.name_sites, imported_names())
 
     def command(
         self,
@@ -102,7 +107,8 @@ class JobRunner:
     ) -> dict[str, Any]:
         """The ``result.json`` of the job (run now unless an identical job already ran).
 
-        The result also holds ``_out``, the job's output folder (its checkpoints and saves).
+        The result also holds ``_out``, the job's output folder (its checkpoints and saves), and
+        ``_names_used``, the Accelerate names the libraries' code reached in any of its processes.
         """
         key = (target, script, args, processes, flags)
         if key not in self._results:
@@ -114,7 +120,7 @@ class JobRunner:
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                env=job_env(out),
+                env={**job_env(out), SITES_ENV: str(self.name_sites)},
                 cwd=out,
                 check=False,
                 start_new_session=True,
@@ -126,6 +132,7 @@ class JobRunner:
                 )
             result = json.loads((out / "result.json").read_text())
             result["_out"] = str(out)
+            result["_names_used"] = sorted(used_names(out))
             self._results[key] = result
         return self._results[key]
 

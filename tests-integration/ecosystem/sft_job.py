@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+import name_use_recorder  # noqa: F401 - records Accelerate names in use
 from datasets import Dataset
 from tiny_models import counting_texts, tiny_llama, word_tokenizer
 from trl import SFTConfig, SFTTrainer

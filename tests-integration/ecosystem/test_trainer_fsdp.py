@@ -11,68 +11,21 @@ the gathered ones.
 
 from __future__ import annotations
 
-import json
-import textwrap
 from typing import Any
 
 import pytest
 from ecosystem_jobs import JobRunner, assert_same_history, require_libraries
+from trainer_jobs import FULL_RUN, TRAINER, fsdp1_from_training_arguments, fsdp_configs
 
 require_libraries()
 
-TRAINER = "trainer_job.py"
 TOLERANCE = 1e-5
-#: The seed's FSDP settings, as TrainingArguments(fsdp_config=...) takes them.
-SEED_FSDP = {
-    "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-    "fsdp_transformer_layer_cls_to_wrap": "BertLayer",
-    "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-}
-#: The seed's accelerate config file for FSDP, for a CPU run (use_cpu, fp32, BertLayer).
-SEED_YAML = textwrap.dedent(
-    """\
-    compute_environment: LOCAL_MACHINE
-    debug: false
-    distributed_type: FSDP
-    downcast_bf16: 'no'
-    fsdp_config:
-      fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-      fsdp_backward_prefetch_policy: BACKWARD_PRE
-      fsdp_forward_prefetch: false
-      fsdp_cpu_ram_efficient_loading: true
-      fsdp_offload_params: false
-      fsdp_sharding_strategy: FULL_SHARD
-      fsdp_state_dict_type: SHARDED_STATE_DICT
-      fsdp_sync_module_states: true
-      fsdp_transformer_layer_cls_to_wrap: BertLayer
-      fsdp_use_orig_params: true
-      fsdp_version: 2
-    machine_rank: 0
-    main_training_function: main
-    mixed_precision: 'no'
-    num_machines: 1
-    num_processes: 2
-    rdzv_backend: static
-    same_network: true
-    use_cpu: true
-    """
-)
-#: What every FSDP job does besides training (see the module docstring).
-FULL_RUN = ("--resume", "--best-model", "--fsdp-full-save")
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The FSDP config files the jobs read: JSON for TrainingArguments, YAML for the launcher."""
-    folder = tmp_path_factory.mktemp("fsdp_configs")
-    files = {
-        "fsdp1.json": json.dumps({"version": 1, **SEED_FSDP}),
-        "fsdp2.json": json.dumps({"version": 2, **SEED_FSDP}),
-        "launch_fsdp2.yaml": SEED_YAML,
-    }
-    for name, text in files.items():
-        (folder / name).write_text(text)
-    return {name: str(folder / name) for name in files}
+def configs(jobs: JobRunner) -> dict[str, str]:
+    """The FSDP config files the jobs read (see trainer_jobs.py)."""
+    return fsdp_configs(jobs)
 
 
 def _without_flos(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -133,8 +86,7 @@ def test_fsdp1_from_training_arguments(
     transformers passes the FSDP1 sharding strategy as ``reshard_after_forward="full_shard"``
     and ``adapter_only=True`` to ``save_fsdp_model`` (ignored: not a PEFT model).
     """
-    args = ("--fsdp", "full_shard", "--fsdp-config", configs["fsdp1.json"], *FULL_RUN)
-    result = jobs.run("accel", TRAINER, *args)
+    result = fsdp1_from_training_arguments(jobs)
     _check_full_run(result, ddp, version=1)
     assert result["model_class"] == "FullyShardedDataParallel"
 

@@ -21,6 +21,7 @@ import json
 import os
 from pathlib import Path
 
+import name_use_recorder  # noqa: F401 - records Accelerate names in use
 import torch
 from transformers import (
     BertConfig,

@@ -277,3 +277,24 @@ def test_offload_index_into_a_missing_or_wrong_safetensors_file_says_so(tmp_path
         loader["gone"]
     with pytest.raises(CorruptCheckpointError, match=r"maps 'misnamed' to 'b'.*no such tensor"):
         loader["misnamed"]
+
+
+def test_offloading_hook_records_every_tensors_original_device(tmp_path: Path) -> None:
+    """PEFT's ``onload_layer`` reads ``original_devices`` to tell disk-offloaded layers apart."""
+    from accel_ckpt.big_modeling.hooks import AlignDevicesHook, add_hook_to_module
+
+    model = Small()
+    kept = AlignDevicesHook(execution_device="cpu", offload=False)
+    add_hook_to_module(model.linear1, kept)
+    assert kept.original_devices == {}
+    offloading = AlignDevicesHook(execution_device="cpu", offload=True)
+    add_hook_to_module(model.batchnorm, offloading)
+    names = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
+    assert offloading.original_devices == {name: torch.device("cpu") for name in names}
+    model = Small()
+    dispatch_model(
+        model, {"linear1": "cpu", "batchnorm": "cpu", "linear2": "disk"}, offload_dir=tmp_path
+    )
+    on_disk = model.linear2._hf_hook
+    assert on_disk.original_devices == {"weight": torch.device("cpu"), "bias": torch.device("cpu")}
+    assert hasattr(on_disk.weights_map, "dataset")  # PEFT finds the offload index through it

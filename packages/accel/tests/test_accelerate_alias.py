@@ -84,6 +84,48 @@ def test_the_alias_serves_accels_own_modules() -> None:
     assert result["pickled"] == "NO"
 
 
+def test_swapping_a_name_on_a_module_path_reaches_the_code_that_uses_it() -> None:
+    """transformers swaps ``check_device_map`` for a no-op around ``dispatch_model``, then back."""
+    completed = run_python(
+        """
+        import json, torch
+        import accel
+        accel.install_as_accelerate()
+        import accelerate.big_modeling
+        from accelerate import dispatch_model
+        import accel_ckpt.big_modeling.dispatch as domain
+
+        def model():
+            return torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+
+        original = accelerate.big_modeling.check_device_map
+        accelerate.big_modeling.check_device_map = lambda *args, **kwargs: None
+        swapped = domain.check_device_map is accelerate.big_modeling.check_device_map
+        dispatch_model(model(), {"0": "cpu"}, main_device="cpu")  # one module not in the map
+        accelerate.big_modeling.check_device_map = original
+        try:
+            dispatch_model(model(), {"0": "cpu"}, main_device="cpu")
+            refused = ""
+        except Exception as error:
+            refused = type(error).__name__
+        print(json.dumps({
+            "swapped": swapped,
+            "restored": domain.check_device_map is original,
+            "refused_after": refused,
+            "facade_untouched": accelerate.dispatch_model is accel.dispatch_model,
+        }))
+        """
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert result == {
+        "swapped": True,
+        "restored": True,
+        "refused_after": "DeviceMapError",
+        "facade_untouched": True,
+    }
+
+
 def test_a_removed_facade_comes_back_whole() -> None:
     """Importing ``accelerate`` again after ``sys.modules`` lost it gives the facade, not a blank."""
     completed = run_python(

@@ -300,6 +300,11 @@ def test_config_files_as_accelerates_dataclasses(tmp_path):
     assert config.distributed_type is DistributedType.MULTI_CPU
     assert (config.num_processes, config.mixed_precision, config.debug) == (4, "bf16", False)
     assert config.to_dict()["compute_environment"] == "LOCAL_MACHINE"
+    # Empty sections are left out, as Accelerate's to_dict does (`transformers env` prints it).
+    assert not {"fsdp_config", "deepspeed_config", "dynamo_config"} & set(config.to_dict())
+    config.dynamo_config = {"dynamo_backend": DistributedType.NO, "dynamo_options": {}}
+    assert config.to_dict()["dynamo_config"] == {"dynamo_backend": "NO", "dynamo_options": None}
+    config.dynamo_config = {}
 
     config.to_json_file(tmp_path / "c.json")
     assert json.loads((tmp_path / "c.json").read_text())["num_processes"] == 4

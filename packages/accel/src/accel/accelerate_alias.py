@@ -7,7 +7,9 @@ answer with accel, in this process, from then on (the pattern of PyMySQL's ``ins
 - ``accelerate`` is a small facade module whose attributes are accel's (``accelerate.Accelerator
   is accel.Accelerator``) and whose ``__version__`` is :data:`ACCELERATE_API_VERSION` with a local
   part naming accel's version (``1.15.0+accel.0.1.0``);
-- every ``accelerate.<path>`` is the module object ``accel.<path>`` itself, not a copy;
+- every ``accelerate.<path>`` is the module object ``accel.<path>`` itself, not a copy; replacing
+  one of its names (``accelerate.big_modeling.check_device_map = ...``, as transformers does) also
+  replaces it in the accel module that uses it (:mod:`accel.patch_forwarding`);
 - ``importlib.metadata`` finds a distribution ``accelerate`` of that version ahead of a real
   Accelerate installed beside accel.
 
@@ -32,6 +34,7 @@ from typing import Any
 
 from accel.__about__ import __version__ as ACCEL_VERSION
 from accel.errors import AliasError
+from accel.patch_forwarding import forward_patches
 
 #: The Accelerate release whose API accel implements (what ``importlib.metadata`` reports).
 ACCELERATE_API_VERSION = "1.15.0"
@@ -77,6 +80,8 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self._spec
         if self._spec is not None:
             module.__loader__ = self._spec.loader
+        # A library that swaps ``accelerate.<path>.<name>`` for a while reaches accel's code.
+        forward_patches(module)
 
 
 class _AliasDistribution(importlib.metadata.Distribution):

@@ -192,6 +192,10 @@ class AlignDevicesHook(ModelHook):
         self.input_device: torch.device | None = None
         self.param_original_devices: dict[str, torch.device] = {}
         self.buffer_original_devices: dict[str, torch.device] = {}
+        #: Where every tensor of the module (buffers included) was when an offloading hook
+        #: attached, as Accelerate records it: PEFT reads it to tell a disk-offloaded layer
+        #: (``meta``) from one kept in CPU memory.
+        self.original_devices: dict[str, torch.device] = {}
         self.offloaded: list[str] = []
 
     def __repr__(self) -> str:
@@ -209,6 +213,9 @@ class AlignDevicesHook(ModelHook):
                 for name, _ in named_module_tensors(module, recurse=recurse):
                     set_module_tensor_to_device(module, name, self.execution_device)
             return module
+        self.original_devices = {
+            name: tensor.device for name, tensor in named_module_tensors(module, recurse=recurse)
+        }
         tensors = list(
             named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse)
         )

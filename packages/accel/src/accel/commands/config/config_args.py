@@ -71,13 +71,15 @@ class BaseConfig:
         self.mixed_precision = str(self.mixed_precision).lower()
 
     def to_dict(self) -> dict[str, Any]:
-        """The set fields, enums as their values."""
+        """The set fields, enums as their values; empty sections are left out, as Accelerate's.
+
+        ``transformers env`` and ``trl env`` print this dict, so it lists exactly Accelerate's keys.
+        """
         out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value is None:
-                continue
-            out[field.name] = getattr(value, "value", value)
+            value = _plain(getattr(self, field.name))
+            if value is not None:
+                out[field.name] = value
         return out
 
     @staticmethod
@@ -192,6 +194,14 @@ class SageMakerConfig(BaseConfig):
 
     def __post_init__(self) -> None:
         raise _refuse_sagemaker("SageMakerConfig")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with enums as their values and empty mappings, at any depth, as None."""
+    value = getattr(value, "value", value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()} or None
+    return value
 
 
 def load_config_from_file(config_file: str | None) -> ClusterConfig:
