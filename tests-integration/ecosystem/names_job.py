@@ -2,8 +2,8 @@
 
     python names_job.py OUT launch     # 1 process: `transformers env`, `trl env`, TRL's launcher
     python names_job.py OUT library    # 2 processes (launched): transformers and PEFT
-    python names_job.py OUT trl        # 1 process: TRL's DPO and GRPO trainers
-    python names_job.py OUT fsdp       # 2 processes (launched): DPO's reference model, FSDP2
+    python names_job.py OUT one_process  # 1 process: DPO, GRPO, the tensor-parallel reference
+    python names_job.py OUT parallel   # 2 processes (launched): FSDP2 and tensor parallelism
     python names_job.py OUT GROUP CASE[,CASE...]   # only these cases (to debug one)
 
 Each case calls transformers, PEFT or TRL the way a user does (their CLIs, PEFT on an offloaded
@@ -34,8 +34,8 @@ from tiny_models import counting_texts, tiny_llama, word_tokenizer
 CASES: dict[str, dict[str, Callable[[Path], dict[str, Any]]]] = {
     "launch": {},
     "library": {},
-    "trl": {},
-    "fsdp": {},
+    "one_process": {},
+    "parallel": {},
 }
 
 
@@ -481,7 +481,7 @@ def logged(history: list[dict[str, Any]]) -> list[dict[str, float]]:
     ]
 
 
-@register("trl")
+@register("one_process")
 def dpo_with_precomputed_reference(out: Path) -> dict[str, Any]:
     """DPO with ``precompute_ref_log_probs``: rank 0's dataset fingerprint is broadcast first."""
     from trl import DPOConfig, DPOTrainer
@@ -526,13 +526,13 @@ def dpo_with_reference_model(out: Path, name: str, **arguments: Any) -> dict[str
     return {"history": logged(trainer.state.log_history)}
 
 
-@register("fsdp")
+@register("parallel")
 def dpo_reference_model(out: Path) -> dict[str, Any]:
     """DPO with a separate reference model on 2 processes (DDP): the FSDP2 run's reference."""
     return dpo_with_reference_model(out, "dpo-ddp")
 
 
-@register("fsdp")
+@register("parallel")
 def dpo_reference_model_under_fsdp2(out: Path) -> dict[str, Any]:
     """The same under FSDP2: TRL shards the reference model itself (``prepare_fsdp``)."""
     return dpo_with_reference_model(
@@ -543,12 +543,52 @@ def dpo_reference_model_under_fsdp2(out: Path) -> dict[str, Any]:
     )
 
 
+def train_saved_llama(out: Path, name: str, **load: Any) -> dict[str, Any]:
+    """Train the tiny Llama saved in ``out`` 2 steps with the Trainer, loaded with ``load``."""
+    from accelerate import PartialState
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    state = PartialState(cpu=True)
+    saved = out / "models" / "trained-llama"
+    if state.is_main_process and not saved.exists():
+        tiny_llama().save_pretrained(saved)
+    state.wait_for_everyone()
+    model = AutoModelForCausalLM.from_pretrained(saved, **load)
+    tokenizer = word_tokenizer()
+    rows = [tokenizer(text)["input_ids"] for text in counting_texts(8, seed=5)]
+    data = [{"input_ids": torch.tensor(ids), "labels": torch.tensor(ids)} for ids in rows]
+    trainer = Trainer(
+        model=model, args=TrainingArguments(**trl_arguments(out, name)), train_dataset=data
+    )
+    trainer.train()
+    return {
+        "tp_size": getattr(model, "tp_size", None),
+        "history": logged(trainer.state.log_history),
+    }
+
+
+@register("parallel")
+def trainer_tensor_parallel(out: Path) -> dict[str, Any]:
+    """A model loaded with ``tp_plan="auto"`` on 2 processes, trained by the Trainer.
+
+    The Trainer builds ``ParallelismConfig(tp_size=2, dp_shard_size=1)``: both processes see the
+    same batches, so this logs what one process logs without tensor parallelism.
+    """
+    return train_saved_llama(out, "tensor-parallel", tp_plan="auto")
+
+
+@register("one_process")
+def trainer_tensor_parallel_reference(out: Path) -> dict[str, Any]:
+    """The same training on one process, no tensor parallelism."""
+    return train_saved_llama(out, "tensor-parallel-reference")
+
+
 def completion_length_reward(completions: list[str], **kwargs: Any) -> list[float]:
     """A reward TRL's GRPO can compute on any text: longer completions score higher."""
     return [float(len(completion.split())) for completion in completions]
 
 
-@register("trl")
+@register("one_process")
 def grpo_trainer(out: Path) -> dict[str, Any]:
     """GRPO: completions generated, rewards gathered from every process, completions logged."""
     from datasets import Dataset

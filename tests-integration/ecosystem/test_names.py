@@ -72,8 +72,8 @@ def accel_only(run: Callable[[JobRunner], JobResult]) -> Callable[[JobRunner, st
 
 LAUNCH = names_group("launch", 1)
 LIBRARY = names_group("library", 2)
-TRL = names_group("trl", 1)
-FSDP = accel_only(lambda jobs: jobs.run("accel", NAMES, "fsdp", processes=2))
+ONE_PROCESS = names_group("one_process", 1)
+PARALLEL = accel_only(lambda jobs: jobs.run("accel", NAMES, "parallel", processes=2))
 DEEPSPEED_OPTIMIZER = accel_only(lambda jobs: deepspeed_job(jobs, "zero2_optimizer_in_config"))
 DEEPSPEED = accel_only(lambda jobs: deepspeed_job(jobs, "zero2"))
 FSDP1 = accel_only(fsdp1_from_training_arguments)
@@ -93,11 +93,6 @@ class Unreachable:
 
     reason: str
     still_true: Callable[[], bool]
-
-
-def _source(library_file: str) -> str:
-    library, _, rest = library_file.partition("/")
-    return (library_root(library) / rest).read_text(encoding="utf-8")
 
 
 def _dispatch_accelerate_model_has_no_caller() -> bool:
@@ -136,6 +131,8 @@ BIG_MODEL_TEST = "test_big_models.py::test_the_same_device_map_and_bit_equal_out
 SFT_TEST = "test_trl_peft.py::test_sft_trainer_matches_accelerate"
 FSDP1_TEST = "test_trainer_fsdp.py::test_fsdp1_from_training_arguments"
 CASES_TEST = "test_names.py::test_the_cases_match_accelerate"
+FSDP_DPO_TEST = "test_names.py::test_dpo_reference_model_under_fsdp2_logs_what_ddp_logs"
+TP_TEST = "test_names.py::test_the_trainer_trains_a_tensor_parallel_model"
 
 #: Every Accelerate name the pinned transformers, PEFT and TRL use -> how it is covered.
 COVERAGE: dict[str, Reached | Unreachable] = {
@@ -156,7 +153,7 @@ COVERAGE: dict[str, Reached | Unreachable] = {
     "accelerate.utils.constants:FSDP_SHARDING_STRATEGY": Reached(FSDP1, FSDP1_TEST),
     "accelerate.utils.dataclasses:get_module_class_from_name": Reached(LIBRARY, CASES_TEST),
     "accelerate.utils.deepspeed:HfDeepSpeedConfig": Reached(DEEPSPEED, DEEPSPEED_TEST),
-    "accelerate.utils.fsdp_utils:get_parameters_from_modules": Reached(FSDP, CASES_TEST),
+    "accelerate.utils.fsdp_utils:get_parameters_from_modules": Reached(PARALLEL, FSDP_DPO_TEST),
     "accelerate.utils.imports:is_bf16_available": Reached(LIBRARY, CASES_TEST),
     "accelerate.utils.imports:is_fp8_available": Reached(LIBRARY, CASES_TEST),
     "accelerate.utils.imports:is_xpu_available": Reached(LIBRARY, CASES_TEST),
@@ -176,11 +173,11 @@ COVERAGE: dict[str, Reached | Unreachable] = {
     "accelerate.utils:FullyShardedDataParallelPlugin": Reached(FSDP1, FSDP1_TEST),
     "accelerate.utils:GradientAccumulationPlugin": Reached(trainer_resume, TRAINER_TEST),
     "accelerate.utils:TorchDynamoPlugin": Reached(trainer_resume, TRAINER_TEST),
-    "accelerate.utils:broadcast_object_list": Reached(TRL, CASES_TEST),
+    "accelerate.utils:broadcast_object_list": Reached(ONE_PROCESS, CASES_TEST),
     "accelerate.utils:extract_model_from_parallel": Reached(trainer_resume, TRAINER_TEST),
     "accelerate.utils:find_executable_batch_size": Reached(trainer_auto_batch, AUTO_BATCH_TEST),
-    "accelerate.utils:gather": Reached(TRL, CASES_TEST),
-    "accelerate.utils:gather_object": Reached(TRL, CASES_TEST),
+    "accelerate.utils:gather": Reached(ONE_PROCESS, CASES_TEST),
+    "accelerate.utils:gather_object": Reached(ONE_PROCESS, CASES_TEST),
     "accelerate.utils:get_balanced_memory": Reached(big_models, BIG_MODEL_TEST),
     "accelerate.utils:get_max_memory": Reached(big_models, BIG_MODEL_TEST),
     "accelerate.utils:infer_auto_device_map": Unreachable(
@@ -206,15 +203,11 @@ COVERAGE: dict[str, Reached | Unreachable] = {
     "accelerate.utils:release_memory": Reached(trainer_auto_batch, AUTO_BATCH_TEST),
     "accelerate.utils:save_fsdp_model": Reached(FSDP1, FSDP1_TEST),
     "accelerate.utils:save_fsdp_optimizer": Reached(FSDP1, FSDP1_TEST),
-    "accelerate.utils:set_seed": Reached(TRL, CASES_TEST),
-    "accelerate.utils:tqdm": Reached(TRL, CASES_TEST),
+    "accelerate.utils:set_seed": Reached(ONE_PROCESS, CASES_TEST),
+    "accelerate.utils:tqdm": Reached(ONE_PROCESS, CASES_TEST),
     "accelerate:Accelerator": Reached(trainer_resume, TRAINER_TEST),
     "accelerate:FullyShardedDataParallelPlugin": Reached(LIBRARY, CASES_TEST),
-    "accelerate:ParallelismConfig": Unreachable(
-        "used by the Trainer only for a model sharded at load time (from_pretrained(tp_plan=...), "
-        "tp_size > 1): tensor parallelism through transformers is not run here yet",
-        lambda: "model_tp_size > 1" in _source("transformers/trainer.py"),
-    ),
+    "accelerate:ParallelismConfig": Reached(PARALLEL, TP_TEST),
     "accelerate:PartialState": Reached(LIBRARY, CASES_TEST),
     "accelerate:__version__": Reached(trainer_resume, TRAINER_TEST),
     "accelerate:cpu_offload_with_hook": Reached(LIBRARY, CASES_TEST),
@@ -275,7 +268,7 @@ def close(mine: list[float], theirs: list[float], tolerance: float = 0.0) -> boo
 def cases(jobs: JobRunner) -> dict[str, dict[str, JobResult]]:
     results: dict[str, dict[str, JobResult]] = {"accel": {}, "accelerate": {}}
     for target in results:
-        for group in (LAUNCH, LIBRARY, TRL):
+        for group in (LAUNCH, LIBRARY, ONE_PROCESS):
             results[target].update(
                 {k: v for k, v in group(jobs, target).items() if not k.startswith("_")}
             )
@@ -295,6 +288,7 @@ SAME_AS_ACCELERATE = [
     "trainer_resumed_mid_epoch",
     "dpo_with_precomputed_reference",
     "grpo_trainer",
+    "trainer_tensor_parallel_reference",
 ]
 
 
@@ -365,12 +359,30 @@ def test_dpo_reference_model_under_fsdp2_logs_what_ddp_logs(jobs: JobRunner) -> 
     logits and rewards within 1e-2. ``rewards/accuracies`` counts the signs of margins of that
     size and is left out.
     """
-    result = FSDP(jobs, "accel")
+    result = PARALLEL(jobs, "accel")
     ddp, fsdp = result["dpo_reference_model"], result["dpo_reference_model_under_fsdp2"]
     assert ddp["ok"] and fsdp["ok"], (ddp.get("error"), fsdp.get("error"))
     assert_same_history(fsdp["history"], ddp["history"], 1e-2, ignore=("rewards/accuracies",))
     losses = [[r["loss"] for r in h["history"] if "loss" in r] for h in (fsdp, ddp)]
     assert close(losses[0], losses[1], 1e-4), losses
+
+
+def test_the_trainer_trains_a_tensor_parallel_model(jobs: JobRunner) -> None:
+    """``from_pretrained(tp_plan="auto")`` on 2 processes, then ``Trainer.train()``.
+
+    Accelerate 1.15 runs this on GPUs only; the reference is the same training on one process
+    without tensor parallelism (tensor parallelism only splits the computation).
+    """
+    result = PARALLEL(jobs, "accel")["trainer_tensor_parallel"]
+    reference = ONE_PROCESS(jobs, "accel")["trainer_tensor_parallel_reference"]
+    assert result["ok"], f"{result.get('error')}\n{result.get('where')}"
+    assert reference["ok"], f"{reference.get('error')}\n{reference.get('where')}"
+    assert (result["tp_size"], reference["tp_size"]) == (2, None)
+    assert [record["step"] for record in result["history"] if "loss" in record] == [1, 2]
+    # The Trainer sums total_flos over every process, and both tp ranks ran the same batches.
+    assert_same_history(result["history"], reference["history"], 1e-5, ignore=("total_flos",))
+    flos = [r["total_flos"] for r in (result["history"][-1], reference["history"][-1])]
+    assert flos[0] == 2 * flos[1]
 
 
 def test_the_table_names_tests_that_exist() -> None:

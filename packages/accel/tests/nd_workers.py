@@ -275,11 +275,33 @@ def layouts_job(checkpoint: str) -> dict[str, Any]:
         model, optimizer, train, _, _ = prepare(accelerator)
         accelerator.load_state(checkpoint)
         results[f"resumed_{name}"] = run_epoch(accelerator, model, optimizer, train)["losses"][0]
+    results["split_by_its_library"] = split_by_its_library()
     results["fp8"] = fp8_with_tensor_parallelism()
     results["refusals"] = refusals()
     AcceleratorState._reset_state()
     results["groups_alive_after_exit"] = groups_alive_after_exit_hooks()
     return results
+
+
+def split_by_its_library() -> dict[str, Any]:
+    """transformers' order for a ``from_pretrained(tp_plan=...)`` model, on tp 4.
+
+    The library splits the model itself, the Trainer prepares it with ``evaluation_mode=True``
+    (no wrapper) and then prepares the optimizer on its own; one epoch.
+    """
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from accel.strategies.tensor_parallel import resolve_plan
+
+    accelerator = fresh(ParallelismConfig(tp_size=4))
+    model = make_model()
+    tp_mesh = accelerator.torch_device_mesh["tp"]
+    parallelize_module(model, tp_mesh, resolve_plan(model, PLAN))
+    model = accelerator.prepare_model(model, device_placement=False, evaluation_mode=True)
+    optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=LR))
+    train, _ = loaders(accelerator.state.partial.data_parallel_size)
+    train = accelerator.prepare(train)
+    return run_epoch(accelerator, model, optimizer, train)
 
 
 def _mesh_groups(parallel_mesh: Any) -> list[Any]:

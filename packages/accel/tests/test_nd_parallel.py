@@ -74,6 +74,15 @@ def test_every_layout_trains_like_one_process(layouts, reference):
             assert nd_workers.close([run["next"]], [reference["losses"][STEPS]]), name
 
 
+def test_a_model_its_library_split_trains_after_an_unwrapped_prepare(layouts, reference):
+    """transformers' Trainer order for a tp_plan model: the model is split by transformers,
+    prepared with ``evaluation_mode=True``, and its optimizer prepared afterwards on its own."""
+    for rank in layouts:
+        run = rank["split_by_its_library"]
+        assert nd_workers.close(run["losses"], reference["losses"][:STEPS])
+        assert nd_workers.close(run["norms"], reference["norms"][:STEPS])
+
+
 def test_strategy_mesh_and_ranks_follow_the_layout(layouts):
     expected = {
         "dp_shard2_tp2": ("FSDP", ["dp_shard", "tp"], 2, "N-D parallel (DeviceMesh)"),

@@ -347,7 +347,11 @@ class Accelerator(
             self._parameter_moves.update(move_model(model, self.device))
         self._parameter_moves.update(self.precision.prepare_model(model))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)
-        prepared = model if evaluation_mode else self.strategy.wrap(model)
+        if evaluation_mode:
+            self.strategy.track_unwrapped(model)
+            prepared = model
+        else:
+            prepared = self.strategy.wrap(model)
         prepared = self.strategy.compile(prepared, self.state.dynamo_plugin)
         self._models.append(prepared)
         return self._remember(model, prepared)  # type: ignore[no-any-return]

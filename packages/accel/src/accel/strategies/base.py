@@ -35,6 +35,9 @@ class ModelStrategy:
         """Wrap a model that is already on its device."""
         return model
 
+    def track_unwrapped(self, model: torch.nn.Module) -> None:
+        """See a model prepared with ``evaluation_mode=True`` (left as it is): nothing to do here."""
+
     def compile(self, model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
         """``torch.compile`` a wrapped model as ``plugin`` says (a strategy may compile earlier)."""
         from accel.compilation import compile_model

@@ -96,6 +96,16 @@ class MeshStrategy(FSDPStrategy):
         self._adopt(model, before)
         return model
 
+    def track_unwrapped(self, model: torch.nn.Module) -> None:
+        """Track a model its library already split on the mesh (prepared with evaluation_mode).
+
+        transformers' Trainer prepares a ``from_pretrained(tp_plan=...)`` model that way and
+        syncs its replicated parameters itself; its optimizer, clipping and checkpoints still go
+        through this strategy, so the model counts as one of its own.
+        """
+        if is_split(model):
+            self._adopt(model, {clean_name(name): p for name, p in model.named_parameters()})
+
     def compile(self, model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
         """Whole-model compilation after sharding; regional compilation already ran in :meth:`wrap`."""
         if plugin.enabled and plugin.use_regional_compilation:
