@@ -66,11 +66,15 @@ class _FileScanner:
     def __init__(self, path: str, found: dict[str, NameUses]) -> None:
         self.path = path
         self.found = found
+        self._parents: dict[int, ast.AST] = {}
 
     def scan(self, tree: ast.Module) -> None:
-        self._scan_scope(tree, tree)
+        self._parents = {
+            id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
+        }
+        self._scan_scope(tree)
 
-    def _scan_scope(self, scope: ast.AST, tree: ast.Module) -> None:
+    def _scan_scope(self, scope: ast.AST) -> None:
         """Imports made directly in ``scope`` bind names used anywhere inside ``scope``."""
         names: dict[str, str] = {}  # local name -> key
         modules: set[str] = set()  # local names bound to accelerate itself
@@ -88,7 +92,7 @@ class _FileScanner:
             self._collect_uses(scope, names, modules)
         for node in _own_nodes(scope):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self._scan_scope(node, tree)
+                self._scan_scope(node)
 
     def _collect_uses(self, scope: ast.AST, names: dict[str, str], modules: set[str]) -> None:
         for node in ast.walk(scope):
@@ -100,7 +104,8 @@ class _FileScanner:
                     continue
                 # Only the outermost attribute of a chain names something: skip inner pieces.
                 key = f"{'.'.join([ROOT_MODULE, *chain[1:-1]])}:{chain[-1]}"
-                if _is_outermost(node, scope):
+                parent = self._parents.get(id(node))
+                if not (isinstance(parent, ast.Attribute) and parent.value is node):
                     uses = self.found.setdefault(key, NameUses())
                     uses.imported_in.add(self.path)
                     uses.add_use(self.path, node.lineno)
@@ -116,19 +121,6 @@ def _own_nodes(scope: ast.AST) -> list[ast.AST]:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             pending.extend(ast.iter_child_nodes(node))
     return nodes
-
-
-def _is_outermost(node: ast.Attribute, scope: ast.AST) -> bool:
-    parents = getattr(scope, "_accelerate_parents", None)
-    if parents is None:
-        parents = {
-            id(child): parent
-            for parent in ast.walk(scope)
-            for child in ast.iter_child_nodes(parent)
-        }
-        scope._accelerate_parents = parents  # type: ignore[attr-defined]
-    parent = parents.get(id(node))
-    return not (isinstance(parent, ast.Attribute) and parent.value is node)
 
 
 def imported_names(libraries: tuple[str, ...] = LIBRARIES) -> dict[str, NameUses]:

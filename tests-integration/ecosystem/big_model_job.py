@@ -23,7 +23,7 @@ from typing import Any
 
 import name_use_recorder  # noqa: F401 - records Accelerate names in use
 import torch
-from tiny_models import VOCAB
+from tiny_models import VOCAB, tiny_llama
 from transformers import (
     AutoModel,
     AutoModelForCausalLM,
@@ -32,8 +32,6 @@ from transformers import (
     BertModel,
     GPT2Config,
     GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedModel,
     T5Config,
     T5ForConditionalGeneration,
@@ -43,21 +41,8 @@ SHARD = "20KB"  # several safetensors shards for every model
 
 
 def llama() -> PreTrainedModel:
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=3,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=True,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-        )
-    )
+    """The tiny Llama with 3 layers and tied embeddings (seeded, as every builder here is used)."""
+    return tiny_llama(num_hidden_layers=3, tie_word_embeddings=True)
 
 
 def gpt2() -> PreTrainedModel:
@@ -275,20 +260,7 @@ def build_again(name: str) -> PreTrainedModel:
 
 def wide_llama() -> PreTrainedModel:
     """A Llama wide enough for bitsandbytes' 4-bit CPU kernels (blocks of 64 values per row)."""
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-        )
-    )
+    return tiny_llama(hidden_size=128, intermediate_size=256)
 
 
 def run_quantized(root: Path) -> dict[str, Any]:

@@ -376,14 +376,10 @@ def hyperparameter_search(out: Path) -> dict[str, Any]:
     return {"objective": best.objective, "hyperparameters": best.hyperparameters}
 
 
-def tiny_trainer(out: Path, name: str, **arguments: Any) -> Any:
-    """A transformers ``Trainer`` on the tiny BERT classification job (trainer_job.py)."""
-    from trainer_job import SyntheticPairs, tiny_bert
-    from transformers import Trainer, TrainingArguments
-
-    defaults: dict[str, Any] = dict(
+def training_arguments(out: Path, name: str, **overrides: Any) -> dict[str, Any]:
+    """Seeded, logged every step, CPU, no trackers: the Trainer settings every case shares."""
+    arguments: dict[str, Any] = dict(
         output_dir=str(out / name),
-        per_device_train_batch_size=4,
         learning_rate=1e-3,
         logging_steps=1,
         seed=0,
@@ -392,7 +388,16 @@ def tiny_trainer(out: Path, name: str, **arguments: Any) -> Any:
         use_cpu=True,
         disable_tqdm=True,
     )
-    defaults.update(arguments)
+    arguments.update(overrides)
+    return arguments
+
+
+def tiny_trainer(out: Path, name: str, **arguments: Any) -> Any:
+    """A transformers ``Trainer`` on the tiny BERT classification job (trainer_job.py)."""
+    from trainer_job import SyntheticPairs, tiny_bert
+    from transformers import Trainer, TrainingArguments
+
+    defaults = training_arguments(out, name, per_device_train_batch_size=4, **arguments)
     return Trainer(
         model=tiny_bert(),
         args=TrainingArguments(**defaults),
@@ -453,18 +458,9 @@ def trainer_evaluation_out_of_memory(out: Path) -> dict[str, Any]:
 
 
 def trl_arguments(out: Path, name: str) -> dict[str, Any]:
-    return dict(
-        output_dir=str(out / name),
-        per_device_train_batch_size=2,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        seed=0,
-        data_seed=0,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
+    """Two steps of 2 samples per process, nothing saved (DPO, GRPO, the tensor-parallel runs)."""
+    return training_arguments(
+        out, name, per_device_train_batch_size=2, max_steps=2, save_strategy="no"
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -25,10 +27,10 @@ def word_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def tiny_llama() -> LlamaForCausalLM:
-    """A two-layer Llama with a 32-wide hidden state, seeded."""
+def tiny_llama(**config: Any) -> LlamaForCausalLM:
+    """A two-layer Llama with a 32-wide hidden state, seeded; ``config`` overrides its settings."""
     torch.manual_seed(0)
-    config = LlamaConfig(
+    settings: dict[str, Any] = dict(
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=64,
@@ -40,7 +42,8 @@ def tiny_llama() -> LlamaForCausalLM:
         bos_token_id=1,
         eos_token_id=2,
     )
-    return LlamaForCausalLM(config)
+    settings.update(config)
+    return LlamaForCausalLM(LlamaConfig(**settings))
 
 
 def counting_texts(count: int, seed: int) -> list[str]:
