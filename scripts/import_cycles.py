@@ -4,7 +4,12 @@ Every ``import`` and ``from ... import`` counts, at module level or inside a fun
 under ``if TYPE_CHECKING:`` (types only, never executed). A module importing its own parent package
 (``accel.x`` importing from ``accel``) is not counted: a package's ``__init__`` re-exports its
 modules by design. Prints each cycle (a strongly connected group of modules) and exits 1 when
-there is one::
+there is one.
+
+The same run keeps Accelerate's module paths doors: the modules of :data:`DOORS` only re-export,
+and nothing outside them imports one of them (the one-way direction holds inside ``accel`` as it
+does between packages). Each import into a door from elsewhere is printed with its file and line,
+and the run exits 1::
 
     python scripts/import_cycles.py
 """
@@ -17,6 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Accelerate's module paths in ``accel`` that re-export only (a name ending in ``.*``: every
+#: module below it). Their code lives in the domain modules they import from.
+DOORS = (
+    "accel.utils",
+    "accel.utils.*",
+    "accel.big_modeling",
+    "accel.data_loader",
+    "accel.hooks",
+    "accel.launchers",
+    "accel.memory_utils",
+    "accel.test_utils",
+    # Accelerate's own test scripts, run by ``accel test``: at the top, imported by nothing.
+    "accel.test_utils.scripts",
+    "accel.test_utils.scripts.*",
+)
 
 
 def module_files(root: Path = ROOT / "packages") -> dict[str, Path]:
@@ -109,14 +130,42 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def is_door(name: str, doors: tuple[str, ...] = DOORS) -> bool:
+    """Whether module ``name`` is one of Accelerate's module paths that only re-export."""
+    return any(
+        name.startswith(door[:-1]) if door.endswith(".*") else name == door for door in doors
+    )
+
+
+def door_imports(modules: dict[str, Path]) -> list[tuple[str, int, str]]:
+    """``(file, line, door)`` for every import of a door by a module that is not a door."""
+    found: list[tuple[str, int, str]] = []
+    for name, path in modules.items():
+        if is_door(name):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node in _imports(tree):
+            targets = _targets(node, name, is_package)
+            doors = sorted({t for t in targets if t in modules and is_door(t)})
+            if doors and not name.startswith(doors[0] + "."):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                found.append((str(where), node.lineno, doors[0]))
+    return sorted(found)
+
+
 def main() -> int:
-    """Print the cycles; 0 when there are none."""
+    """Print the cycles and the imports into doors; 0 when there are none."""
     modules = module_files()
     found = cycles(import_graph(modules))
     for group in found:
         print("import cycle: " + " <-> ".join(group))
     print(f"import cycles: {len(found)} among {len(modules)} modules")
-    return 1 if found else 0
+    into_doors = door_imports(modules)
+    for where, line, door in into_doors:
+        print(f"{where}:{line}: imports {door}, a re-export door; import from its domain module")
+    print(f"imports into doors from outside them: {len(into_doors)}")
+    return 1 if found or into_doors else 0
 
 
 if __name__ == "__main__":

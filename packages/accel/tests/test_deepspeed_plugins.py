@@ -16,6 +16,7 @@ import pytest
 import torch
 from launched_jobs import Jobs, run_waves
 
+import accel.utils.deepspeed
 from accel import Accelerator
 from accel.deepspeed_plugins import (
     one_deepspeed_argument,
@@ -108,7 +109,9 @@ def test_engine_wrapper_exists_only_under_deepspeed() -> None:
     with pytest.raises(AcceleratorConfigError, match="only be set under DeepSpeed"):
         accelerator.deepspeed_engine_wrapped = None
     assert accelerator.deepspeed_plugin is None
-    assert DeepSpeedEngineWrapper.__module__ == "accel.utils.deepspeed"
+    # Defined in the DeepSpeed strategy's domain; Accelerate's path is a door to it.
+    assert DeepSpeedEngineWrapper.__module__ == "accel.strategies.deepspeed_plugin"
+    assert accel.utils.deepspeed.DeepSpeedEngineWrapper is DeepSpeedEngineWrapper
 
 
 # ---------------------------------------------------------------------- launched jobs

@@ -32,10 +32,10 @@ _EXPORTS = {
     "TorchDynamoPlugin": "accel.kwargs_handlers",
     "DDPCommunicationHookType": "accel.kwargs_handlers",
     "ProfileKwargs": "accel.profiling",
-    "find_executable_batch_size": "accel.utils.memory",
-    "is_rich_available": "accel.utils.imports",
+    "find_executable_batch_size": "accel.memory",
+    "is_rich_available": "accel.availability",
     "GradientAccumulationPlugin": "accel.plugins",
-    "DeepSpeedPlugin": "accel.utils.deepspeed",
+    "DeepSpeedPlugin": "accel.strategies.deepspeed_plugin",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "ParallelismConfig": "accel_state",
     "TorchTensorParallelConfig": "accel_state",
@@ -81,6 +81,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 if TYPE_CHECKING:
     from accel.accelerate_alias import install_as_accelerate as install_as_accelerate
     from accel.accelerator import Accelerator as Accelerator
+    from accel.availability import is_rich_available as is_rich_available
     from accel.errors import AcceleratorConfigError as AcceleratorConfigError
     from accel.errors import AccelError as AccelError
     from accel.errors import AliasError as AliasError
@@ -94,17 +95,16 @@ if TYPE_CHECKING:
     from accel.kwargs_handlers import GradScalerKwargs as GradScalerKwargs
     from accel.kwargs_handlers import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accel.kwargs_handlers import TorchDynamoPlugin as TorchDynamoPlugin
+    from accel.memory import find_executable_batch_size as find_executable_batch_size
     from accel.optimizer import AcceleratedOptimizer as AcceleratedOptimizer
     from accel.parallelism import TorchTensorParallelPlugin as TorchTensorParallelPlugin
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.profiling import ProfileKwargs as ProfileKwargs
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.state import AcceleratorState as AcceleratorState
+    from accel.strategies.deepspeed_plugin import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.tracking import GeneralTracker as GeneralTracker
     from accel.tracking import LoggerType as LoggerType
-    from accel.utils.deepspeed import DeepSpeedPlugin as DeepSpeedPlugin
-    from accel.utils.imports import is_rich_available as is_rich_available
-    from accel.utils.memory import find_executable_batch_size as find_executable_batch_size
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
     from accel_ckpt.big_modeling import cpu_offload as cpu_offload

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from accel.availability import is_bitsandbytes_multi_backend_available, is_xpu_available
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.deepspeed_plugins import DeepSpeedAcceleratorMixin, one_deepspeed_argument
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
@@ -25,6 +26,7 @@ from accel.kwargs_handlers import (
     KwargsHandler,
     TorchDynamoPlugin,
 )
+from accel.memory import release_memory
 from accel.modeling import patch_forward_for_precision, unwrap_model
 from accel.optimizer import AcceleratedOptimizer
 from accel.parallelism_mixin import ParallelismMixin
@@ -39,8 +41,6 @@ from accel.trackers_mixin import TrackersMixin
 from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
-from accel.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
-from accel.utils.memory import release_memory
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
 from accel_state import GradientState

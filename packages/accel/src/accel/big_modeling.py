@@ -1,6 +1,6 @@
 """Accelerate's ``accelerate.big_modeling`` path: big-model inference, defined in accel-ckpt."""
 
-from accel.utils.constants import SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
+from accel.constants import SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
 from accel_ckpt.big_modeling import (
     AlignDevicesHook,
     CpuOffload,

@@ -24,7 +24,7 @@ from accel.errors import AcceleratorConfigError, PreparationError
 
 if TYPE_CHECKING:
     from accel.strategies.base import ModelStrategy
-    from accel.utils.deepspeed import DeepSpeedEngineWrapper
+    from accel.strategies.deepspeed_plugin import DeepSpeedEngineWrapper
 
 STATE_KEY = "deepspeed_plugins"
 ACTIVE_KEY = "deepspeed_plugin"
@@ -55,7 +55,7 @@ def split_deepspeed_plugins(plugin: Any, plugins: Any) -> tuple[Any, dict[str, A
         AcceleratorConfigError: Both arguments given, an empty dict, a name that is not a
             string, or a value that is not a ``DeepSpeedPlugin``.
     """
-    from accel.utils.deepspeed import DeepSpeedPlugin
+    from accel.strategies.deepspeed_plugin import DeepSpeedPlugin
 
     if plugin is not None and plugins is not None:
         raise AcceleratorConfigError(

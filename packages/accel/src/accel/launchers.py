@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
+from accel.small_helpers import test_launch
 from accel_launch import debug_launcher, notebook_launcher
-from accel_state import PartialState
-
-
-def test_launch() -> None:
-    """Check that a ``PartialState`` starts in this process (what a launched function first does)."""
-    PartialState()
-
+from accel_state import PartialState as PartialState
 
 __all__ = ["debug_launcher", "notebook_launcher", "test_launch"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 
-from accel.utils.memory import find_executable_batch_size, release_memory
+from accel.memory import find_executable_batch_size, release_memory
 
 warnings.warn(
     "accel.memory_utils moved to accel.utils.memory; import find_executable_batch_size from "

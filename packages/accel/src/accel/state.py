@@ -12,9 +12,9 @@ from accel.deepspeed_plugins import (
     refuse_plugins_for_existing_state,
     split_deepspeed_plugins,
 )
+from accel.env_values import get_int_from_env
 from accel.errors import AcceleratorConfigError, StateResetError, UnsupportedFeatureError
 from accel.kwargs_handlers import TorchDynamoPlugin
-from accel.utils.env_values import get_int_from_env
 from accel_state import (
     DistributedType,
     GradientState,
@@ -333,7 +333,7 @@ def _launcher_plugins(
     elif fsdp_plugin is None and deepspeed_plugin is None and launched is DistributedType.FSDP:
         fsdp_plugin = FullyShardedDataParallelPlugin.from_launcher(contract.fsdp_config)
     if deepspeed_plugin is None and fsdp_plugin is None and launched is DistributedType.DEEPSPEED:
-        from accel.utils.deepspeed import DeepSpeedPlugin
+        from accel.strategies.deepspeed_plugin import DeepSpeedPlugin
 
         deepspeed_plugin = DeepSpeedPlugin.from_launch_config(contract.deepspeed_config)
     return fsdp_plugin, deepspeed_plugin

@@ -26,7 +26,7 @@ description = DESCRIPTION
 
 def merge_command(args: argparse.Namespace) -> None:
     """Merge ``args.checkpoint_directory`` into ``args.output_path`` (collective when distributed)."""
-    from accel.utils.compat import merge_fsdp_weights
+    from accel.ckpt_adapters import merge_fsdp_weights
 
     merge_fsdp_weights(
         args.checkpoint_directory,

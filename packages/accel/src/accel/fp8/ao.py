@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
+from accel.availability import is_torch_version
 from accel.errors import UnsupportedFeatureError
 from accel.fp8.capability import fp8_device_problem, require_package
 from accel.fp8.recipes import AORecipeKwargs
 from accel.placement import ParameterMoves
 from accel.precision import BF16Precision
-from accel.utils.imports import is_torch_version
 from accel_state import PrecisionType
 
 logger = logging.getLogger(__name__)

@@ -27,11 +27,11 @@ from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFe
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
+from accel.strategies.build_locks import warn_about_stale_build_locks
 from accel.strategies.deepspeed_checkpoint import EngineCheckpoint
 from accel.strategies.deepspeed_config import KnownValues, resolve_config
 from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
-from accel.utils.build_locks import warn_about_stale_build_locks
-from accel.utils.deepspeed import (
+from accel.strategies.deepspeed_plugin import (
     DeepSpeedEngineWrapper,
     DeepSpeedPlugin,
     DeepSpeedSchedulerWrapper,

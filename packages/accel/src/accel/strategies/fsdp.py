@@ -175,7 +175,7 @@ class FSDPStrategy(ModelStrategy):
         if self.mesh is not None:
             options["mesh"] = self.mesh
         if self.fsdp.ignored_modules is not None:
-            from accel.utils.fsdp_common import get_parameters_from_modules
+            from accel.strategies.fsdp_common import get_parameters_from_modules
 
             options["ignored_params"] = get_parameters_from_modules(
                 self.fsdp.ignored_modules, model, self.state.device
@@ -223,7 +223,7 @@ class FSDPStrategy(ModelStrategy):
         """FSDP1's ``ignored_modules``: the plugin's modules, or those its regex names."""
         if self.fsdp.ignored_modules is None:
             return None
-        from accel.utils.fsdp_common import select_modules
+        from accel.strategies.fsdp_common import select_modules
 
         return select_modules(self.fsdp.ignored_modules, model, self.state.device)
 

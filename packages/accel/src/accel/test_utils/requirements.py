@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from accel.utils.imports import (
+from accel.availability import (
     is_aim_available,
     is_bnb_available,
     is_clearml_available,
@@ -244,7 +244,7 @@ def require_schedulefree(test_case: T) -> T:
 
 def require_tp(test_case: T) -> T:
     """Run only where tensor parallelism works (torch >= 2.3 and transformers >= 4.52)."""
-    from accel.utils.versions import compare_versions
+    from accel.versions import compare_versions
 
     ready = (
         is_torch_version(">=", "2.3.0")

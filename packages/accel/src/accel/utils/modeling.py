@@ -12,11 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import torch
-
-from accel.utils.amp import get_grad_scaler, get_mixed_precision_context_manager
-from accel.utils.compat import convert_file_size_to_int, dtype_byte_size, has_offloaded_params
-from accel.utils.other import extract_model_from_parallel
+from accel.amp import get_grad_scaler, get_mixed_precision_context_manager
+from accel.ckpt_adapters import convert_file_size_to_int, dtype_byte_size, has_offloaded_params
+from accel.small_helpers import extract_model_from_parallel, is_peft_model
 from accel_ckpt.big_modeling.memory import get_max_memory
 from accel_ckpt.big_modeling.model_helpers import (
     align_module_device,
@@ -57,21 +55,6 @@ from accel_ckpt.big_modeling.tensors import (
 from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.model_loading import load_checkpoint_in_model
 from accel_ckpt.sharding import SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-
-
-def is_peft_model(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (inside DDP / compile wrappers) is a PEFT ``PeftModel``.
-
-    ``False`` when peft is not installed (it is never imported otherwise).
-    """
-    import importlib.util
-
-    if importlib.util.find_spec("peft") is None:
-        return False
-    from peft import PeftModel
-
-    return isinstance(extract_model_from_parallel(model), PeftModel)
-
 
 __all__ = [
     "SAFE_WEIGHTS_NAME",

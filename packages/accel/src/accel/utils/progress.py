@@ -1,22 +1,13 @@
-"""A tqdm progress bar shown on the local main process only."""
+"""Accelerate's ``accelerate.utils.progress`` module path: a door to :mod:`accel.progress`."""
 
 from __future__ import annotations
 
-from typing import Any
+from accel.patch_forwarding import serve_as_door
+from accel.progress import (
+    PartialState as PartialState,
+)
+from accel.progress import (
+    tqdm as tqdm,
+)
 
-from accel_state import PartialState
-
-
-def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
-    """``tqdm.auto.tqdm`` that is disabled except on each machine's local main process.
-
-    Args:
-        *args: Passed to tqdm.
-        main_process_only: Show the bar on the local main process only.
-        **kwargs: Passed to tqdm.
-    """
-    from tqdm.auto import tqdm as progress_bar
-
-    if main_process_only:
-        kwargs["disable"] = kwargs.get("disable", False) or not PartialState().is_local_main_process
-    return progress_bar(*args, **kwargs)
+serve_as_door(__name__, "accel.progress")

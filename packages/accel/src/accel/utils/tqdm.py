@@ -13,19 +13,9 @@ Example:
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any
 
-from accel.utils.progress import tqdm
+from accel.progress import CallableProgressModule, tqdm
 
-
-class _CallableModule(types.ModuleType):
-    """A module that, called, shows a progress bar (``accel.utils.tqdm(...)`` either way)."""
-
-    def __call__(self, *args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
-        return tqdm(*args, main_process_only=main_process_only, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+sys.modules[__name__].__class__ = CallableProgressModule
 
 __all__ = ["tqdm"]
