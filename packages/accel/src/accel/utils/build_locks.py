@@ -1,4 +1,7 @@
-"""Accelerate's ``accelerate.utils.build_locks`` module path: a door to :mod:`accel.strategies.build_locks`."""
+"""``accel.utils.build_locks`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.build_locks`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 

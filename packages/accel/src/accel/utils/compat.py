@@ -1,10 +1,10 @@
-"""Accelerate's ``accelerate.utils.compat`` module path: a door to :mod:`accel.ckpt_adapters`."""
+"""``accel.utils.compat`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.ckpt_adapters`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
-from accel.ckpt_adapters import (
-    PartialState as PartialState,
-)
 from accel.ckpt_adapters import (
     PathLike as PathLike,
 )
@@ -20,15 +20,18 @@ from accel.ckpt_adapters import (
 from accel.ckpt_adapters import (
     merge_fsdp_weights as merge_fsdp_weights,
 )
-from accel.ckpt_adapters import (
-    merge_weights as merge_weights,
-)
-from accel.ckpt_adapters import (
-    offloading_hook as offloading_hook,
-)
-from accel.ckpt_adapters import (
+from accel.patch_forwarding import serve_as_door
+from accel_ckpt import (
     parse_size as parse_size,
 )
-from accel.patch_forwarding import serve_as_door
+from accel_ckpt.big_modeling.hooks import (
+    offloading_hook as offloading_hook,
+)
+from accel_ckpt.merge_weights import (
+    merge_weights as merge_weights,
+)
+from accel_state import (
+    PartialState as PartialState,
+)
 
 serve_as_door(__name__, "accel.ckpt_adapters")

@@ -1,16 +1,25 @@
-"""Accelerate's ``accelerate.utils.deepspeed`` module path: a door to :mod:`accel.strategies.deepspeed_plugin`."""
+"""Accelerate's ``accelerate.utils.deepspeed`` module path: a door to :mod:`accel.strategies.deepspeed_plugin`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
-from accel.patch_forwarding import serve_as_door
-from accel.strategies.deepspeed_plugin import (
-    FIELD_KEYS as FIELD_KEYS,
+from accel.errors import (
+    AcceleratorConfigError as AcceleratorConfigError,
 )
-from accel.strategies.deepspeed_plugin import (
+from accel.errors import (
+    UnsupportedFeatureError as UnsupportedFeatureError,
+)
+from accel.patch_forwarding import serve_as_door
+from accel.scheduler import (
     AcceleratedScheduler as AcceleratedScheduler,
 )
+from accel.strategies.deepspeed_hf_config import (
+    HfDeepSpeedConfig as HfDeepSpeedConfig,
+)
 from accel.strategies.deepspeed_plugin import (
-    AcceleratorConfigError as AcceleratorConfigError,
+    FIELD_KEYS as FIELD_KEYS,
 )
 from accel.strategies.deepspeed_plugin import (
     DeepSpeedEngineWrapper as DeepSpeedEngineWrapper,
@@ -26,12 +35,6 @@ from accel.strategies.deepspeed_plugin import (
 )
 from accel.strategies.deepspeed_plugin import (
     DummyScheduler as DummyScheduler,
-)
-from accel.strategies.deepspeed_plugin import (
-    HfDeepSpeedConfig as HfDeepSpeedConfig,
-)
-from accel.strategies.deepspeed_plugin import (
-    UnsupportedFeatureError as UnsupportedFeatureError,
 )
 from accel.strategies.deepspeed_plugin import (
     get_active_deepspeed_plugin as get_active_deepspeed_plugin,

@@ -1,13 +1,16 @@
-"""Accelerate's ``accelerate.utils.fsdp2_helpers`` module path: a door to :mod:`accel.strategies.fsdp2_helpers`."""
+"""``accel.utils.fsdp2_helpers`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.fsdp2_helpers`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
+from accel.errors import (
+    AcceleratorConfigError as AcceleratorConfigError,
+)
 from accel.patch_forwarding import serve_as_door
 from accel.strategies.fsdp2_helpers import (
     RAM_EFFICIENT_LOADING_VARIABLE as RAM_EFFICIENT_LOADING_VARIABLE,
-)
-from accel.strategies.fsdp2_helpers import (
-    AcceleratorConfigError as AcceleratorConfigError,
 )
 from accel.strategies.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
@@ -20,11 +23,11 @@ from accel.strategies.fsdp2_helpers import (
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
 )
-from accel.strategies.fsdp2_helpers import (
-    find_tied_parameters as find_tied_parameters,
-)
-from accel.strategies.fsdp2_helpers import (
+from accel_ckpt.big_modeling.model_helpers import (
     retie_parameters as retie_parameters,
+)
+from accel_ckpt.big_modeling.tensors import (
+    find_tied_parameters as find_tied_parameters,
 )
 
 __all__ = [

@@ -1,17 +1,20 @@
-"""Accelerate's ``accelerate.utils.fsdp_common`` module path: a door to :mod:`accel.strategies.fsdp_common`."""
+"""``accel.utils.fsdp_common`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.fsdp_common`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
-from accel.patch_forwarding import serve_as_door
-from accel.strategies.fsdp_common import (
+from accel.errors import (
     AcceleratorConfigError as AcceleratorConfigError,
 )
-from accel.strategies.fsdp_common import (
-    FSDPSettings as FSDPSettings,
-)
-from accel.strategies.fsdp_common import (
+from accel.fsdp_plugin import (
     FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
 )
+from accel.fsdp_settings import (
+    FSDPSettings as FSDPSettings,
+)
+from accel.patch_forwarding import serve_as_door
 from accel.strategies.fsdp_common import (
     PathLike,
     adapter_weights_only,

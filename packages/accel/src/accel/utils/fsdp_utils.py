@@ -1,10 +1,24 @@
-"""Accelerate's ``accelerate.utils.fsdp_utils`` module path: a door to :mod:`accel.strategies.fsdp_model_io`."""
+"""Accelerate's ``accelerate.utils.fsdp_utils`` module path: a door to :mod:`accel.strategies.fsdp_model_io`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
-from accel.patch_forwarding import serve_as_door
-from accel.strategies.fsdp_model_io import (
+from accel.ckpt_adapters import (
+    merge_fsdp_weights,
+)
+from accel.constants import (
     FSDP_MODEL_NAME,
+)
+from accel.errors import (
+    UnsupportedFeatureError as UnsupportedFeatureError,
+)
+from accel.fsdp_plugin import (
+    FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
+)
+from accel.patch_forwarding import serve_as_door
+from accel.strategies.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
     ensure_weights_retied,
@@ -14,28 +28,27 @@ from accel.strategies.fsdp_model_io import (
     fsdp2_prepare_model,
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
-    get_parameters_from_modules,
-    load_fsdp_model,
-    load_fsdp_optimizer,
-    merge_fsdp_weights,
-    save_fsdp_model,
-    save_fsdp_optimizer,
-    select_modules,
 )
-from accel.strategies.fsdp_model_io import (
-    FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
-)
-from accel.strategies.fsdp_model_io import (
+from accel.strategies.fsdp_common import (
     PathLike as PathLike,
 )
-from accel.strategies.fsdp_model_io import (
-    UnsupportedFeatureError as UnsupportedFeatureError,
-)
-from accel.strategies.fsdp_model_io import (
+from accel.strategies.fsdp_common import (
     adapter_weights_only as adapter_weights_only,
 )
-from accel.strategies.fsdp_model_io import (
+from accel.strategies.fsdp_common import (
+    get_parameters_from_modules,
+    select_modules,
+)
+from accel.strategies.fsdp_common import (
     resolve_plugin as resolve_plugin,
+)
+from accel.strategies.fsdp_model_io import (
+    load_fsdp_model,
+    save_fsdp_model,
+)
+from accel.strategies.fsdp_optimizer import (
+    load_fsdp_optimizer,
+    save_fsdp_optimizer,
 )
 
 __all__ = [

@@ -1,4 +1,7 @@
-"""Accelerate's ``accelerate.utils.gathered_parameters`` module path: a door to :mod:`accel.strategies.gathered_parameters`."""
+"""``accel.utils.gathered_parameters`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.gathered_parameters`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ from accel.strategies.gathered_parameters import (
     GatheredParameters,
 )
 
-__all__ = [
-    "GatheredParameters",
-]
+__all__ = ["GatheredParameters"]
 
 serve_as_door(__name__, "accel.strategies.gathered_parameters")

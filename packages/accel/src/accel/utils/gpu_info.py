@@ -1,4 +1,7 @@
-"""Accelerate's ``accelerate.utils.gpu_info`` module path: a door to :mod:`accel.gpu_info`."""
+"""``accel.utils.gpu_info`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.gpu_info`.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 

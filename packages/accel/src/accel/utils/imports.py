@@ -9,13 +9,7 @@ from accel.availability import (
     USE_TORCH_XLA as USE_TORCH_XLA,
 )
 from accel.availability import (
-    AcceleratorConfigError as AcceleratorConfigError,
-)
-from accel.availability import (
     F as F,
-)
-from accel.availability import (
-    UnsupportedFeatureError as UnsupportedFeatureError,
 )
 from accel.availability import (
     deepspeed_required as deepspeed_required,
@@ -208,6 +202,12 @@ from accel.availability import (
 )
 from accel.availability import (
     torchao_required as torchao_required,
+)
+from accel.errors import (
+    AcceleratorConfigError as AcceleratorConfigError,
+)
+from accel.errors import (
+    UnsupportedFeatureError as UnsupportedFeatureError,
 )
 from accel.patch_forwarding import serve_as_door
 

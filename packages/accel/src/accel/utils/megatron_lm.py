@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from accel.errors import (
+    UnsupportedFeatureError as UnsupportedFeatureError,
+)
 from accel.megatron_lm import (
     AbstractTrainStep,
     BertTrainStep,
@@ -12,9 +15,6 @@ from accel.megatron_lm import (
     T5TrainStep,
     add_model_config_to_megatron_parser,
     avg_losses_across_data_parallel_group,
-)
-from accel.megatron_lm import (
-    UnsupportedFeatureError as UnsupportedFeatureError,
 )
 from accel.patch_forwarding import serve_as_door
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from accel.patch_forwarding import serve_as_door
-from accel.xla_install import (
+from accel.errors import (
     UnsupportedFeatureError as UnsupportedFeatureError,
 )
+from accel.patch_forwarding import serve_as_door
 from accel.xla_install import (
     install_xla,
 )
 
-__all__ = [
-    "install_xla",
-]
+__all__ = ["install_xla"]
 
 serve_as_door(__name__, "accel.xla_install")
