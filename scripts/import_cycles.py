@@ -33,6 +33,7 @@ DOORS = (
     "accel.hooks",
     "accel.launchers",
     "accel.memory_utils",
+    "accel.state",
     "accel.test_utils",
     # Accelerate's own test scripts, run by ``accel test``: at the top, imported by nothing.
     "accel.test_utils.scripts",

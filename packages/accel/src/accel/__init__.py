@@ -22,7 +22,7 @@ from accel._lazy import lazy_exports
 
 _EXPORTS = {
     "Accelerator": "accel.accelerator",
-    "AcceleratorState": "accel.state",
+    "AcceleratorState": "accel.accelerator_state",
     "AcceleratedOptimizer": "accel.optimizer",
     "AcceleratedScheduler": "accel.scheduler",
     "AutocastKwargs": "accel.kwargs_handlers",
@@ -81,6 +81,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 if TYPE_CHECKING:
     from accel.accelerate_alias import install_as_accelerate as install_as_accelerate
     from accel.accelerator import Accelerator as Accelerator
+    from accel.accelerator_state import AcceleratorState as AcceleratorState
     from accel.availability import is_rich_available as is_rich_available
     from accel.errors import AcceleratorConfigError as AcceleratorConfigError
     from accel.errors import AccelError as AccelError
@@ -101,7 +102,6 @@ if TYPE_CHECKING:
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.profiling import ProfileKwargs as ProfileKwargs
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
-    from accel.state import AcceleratorState as AcceleratorState
     from accel.strategies.deepspeed_plugin import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.tracking import GeneralTracker as GeneralTracker
     from accel.tracking import LoggerType as LoggerType

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from accel.accelerator_state import AcceleratorState, state_reset_error
 from accel.availability import is_bitsandbytes_multi_backend_available, is_xpu_available
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.deepspeed_plugins import DeepSpeedAcceleratorMixin, one_deepspeed_argument
@@ -35,7 +36,6 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
 from accel.scheduler import AcceleratedScheduler
-from accel.state import AcceleratorState, state_reset_error
 from accel.strategies import make_strategy
 from accel.trackers_mixin import TrackersMixin
 from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers

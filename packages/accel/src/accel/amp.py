@@ -72,7 +72,7 @@ def get_mixed_precision_context_manager(
         native_amp: Autocast at all (``False`` gives ``contextlib.nullcontext()``).
         autocast_kwargs: Extra ``torch.autocast`` arguments (``enabled``, ``cache_enabled``).
     """
-    from accel.state import AcceleratorState
+    from accel.accelerator_state import AcceleratorState
 
     if not native_amp:
         return contextlib.nullcontext()

@@ -359,7 +359,7 @@ def deepspeed_required(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from accel.state import AcceleratorState
+        from accel.accelerator_state import AcceleratorState
         from accel_state import DistributedType
 
         if AcceleratorState._shared_state:

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
+from accel.accelerator_state import AcceleratorState, is_initialized, state_reset_error
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision
-from accel.state import AcceleratorState, is_initialized, state_reset_error
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ProjectConfiguration
 from accel_data import DataLoaderConfiguration

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from accel.accelerator_state import AcceleratorState
 from accel.errors import UnsupportedFeatureError
-from accel.state import AcceleratorState
 from accel.strategies.base import ModelStrategy
 from accel_state import ParallelismConfig
 from accel_state.device_mesh import ParallelMesh

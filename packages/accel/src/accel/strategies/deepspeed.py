@@ -83,7 +83,7 @@ class DeepSpeedStrategy(ModelStrategy):
 
     def __init__(self, state: PartialState, **settings: Any) -> None:
         super().__init__(state)
-        from accel.state import AcceleratorState
+        from accel.accelerator_state import AcceleratorState
 
         require_deepspeed()
         warn_about_stale_build_locks()  # DeepSpeed compiles its ops on first use
@@ -172,7 +172,7 @@ class DeepSpeedStrategy(ModelStrategy):
                 "accelerator.state.select_deepspeed_plugin(name)), or prepare a model without an "
                 "optimizer under another selected plugin for inference."
             )
-        from accel.state import AcceleratorState
+        from accel.accelerator_state import AcceleratorState
 
         state = AcceleratorState()
         state._check_plugin_can_train(selected)
@@ -267,7 +267,7 @@ class DeepSpeedStrategy(ModelStrategy):
         _ENGINES.add(engine)
         cast_inputs_for_bf16(engine, config)
         if training:  # inference engines (another plugin) stay out of backward
-            from accel.state import AcceleratorState
+            from accel.accelerator_state import AcceleratorState
 
             self.engine_wrapped = DeepSpeedEngineWrapper(engine)
             AcceleratorState()._register_deepspeed_engine(plugin, engine)
@@ -285,7 +285,7 @@ class DeepSpeedStrategy(ModelStrategy):
         """
         engine = self.engine
         if engine is not None:
-            from accel.state import AcceleratorState
+            from accel.accelerator_state import AcceleratorState
 
             AcceleratorState()._forget_deepspeed_engine(engine)
             engine.destroy()
@@ -530,7 +530,7 @@ def _free_port() -> int:
 
 def _selected_plugin(default: DeepSpeedPlugin) -> DeepSpeedPlugin:
     """The plugin selected on the ``AcceleratorState`` now (several plugins), else ``default``."""
-    from accel.state import AcceleratorState
+    from accel.accelerator_state import AcceleratorState
 
     selected = AcceleratorState._shared_state.get("deepspeed_plugin")
     return selected if isinstance(selected, DeepSpeedPlugin) else default

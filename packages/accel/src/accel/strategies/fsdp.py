@@ -36,7 +36,7 @@ def clean_name(name: str) -> str:
 
 def resolve_settings(state: PartialState) -> FSDPSettings:
     """The FSDP settings: the Accelerator's plugin, else the launcher's ``fsdp_config``."""
-    from accel.state import AcceleratorState
+    from accel.accelerator_state import AcceleratorState
 
     plugin = AcceleratorState().fsdp_plugin if AcceleratorState().initialized else None
     if plugin is None:
@@ -145,7 +145,7 @@ class FSDPStrategy(ModelStrategy):
         return _size_based_units(model, self.fsdp.min_num_params)
 
     def _mixed_precision(self) -> dict[str, torch.dtype | None]:
-        from accel.state import AcceleratorState
+        from accel.accelerator_state import AcceleratorState
 
         return mixed_precision_dtypes(
             self.fsdp.mixed_precision_policy, AcceleratorState().mixed_precision.value

@@ -137,7 +137,7 @@ def _enable_async_tp(tp_mesh: Any) -> None:
 
 
 def _dynamo_plugin() -> TorchDynamoPlugin | None:
-    from accel.state import AcceleratorState
+    from accel.accelerator_state import AcceleratorState
 
     state = AcceleratorState()
     return state.dynamo_plugin if state.initialized else None  # type: ignore[no-any-return]

@@ -476,7 +476,7 @@ class AccelerateTestCase(unittest.TestCase):
 
     def tearDown(self) -> None:
         """Reset the ``AcceleratorState``, its ``PartialState`` and the ``GradientState``."""
-        from accel.state import AcceleratorState
+        from accel.accelerator_state import AcceleratorState
         from accel_state import GradientState
 
         super().tearDown()
