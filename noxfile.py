@@ -305,11 +305,13 @@ def integration(session: nox.Session) -> None:
         "pytest",
         str(ROOT / "tests-integration"),
         # Sessions of their own run these: ecosystem (transformers, PEFT, TRL installed), slurm
-        # and ray (a real cluster).
+        # and ray (a real cluster), multihost (test hosts in network namespaces, as root).
         "--ignore",
         str(ROOT / "tests-integration" / "ecosystem"),
         "--ignore",
         str(ROOT / "tests-integration" / "clusters"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "multihost"),
         "-p",
         "no:cacheprovider",
         *junit_args(session),
@@ -880,6 +882,34 @@ def ray(session: nox.Session) -> None:
         )
     finally:
         delete_namespace(namespace)
+
+
+MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
+
+
+@nox.session(tags=["ci"])
+@timed
+def multihost(session: nox.Session) -> None:
+    """Jobs over 2-3 test hosts (network namespaces with their own hostnames; needs root).
+
+    Every host and bridge is made and deleted by the tests (``scripts/test_hosts.py``); where
+    namespaces cannot be made, the tests skip with the reason.
+    """
+    if platform.system() != "Linux":
+        session.skip(
+            f"multihost: test hosts need Linux network namespaces, not {platform.platform()}"
+        )
+    install_packages(session, "cpu", PACKAGES)
+    session.run(
+        "pytest",
+        str(MULTIHOST_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
 
 
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.

@@ -125,3 +125,24 @@ def timeouts_around_the_first_step(explicit: bool) -> dict:
         "after": after,
         "state": accelerator.state.partial.timeout.total_seconds(),
     }
+
+
+def slow_rank_reports(slow_rank: int, slow_seconds: float, steps: int) -> list[str]:
+    """Train ``steps`` steps, ``slow_rank`` sleeping ``slow_seconds`` in each; the reports made."""
+    import time
+
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(
+        make_model(), torch.optim.SGD(make_model().parameters(), lr=0.1)
+    )
+    monitor = accelerator.fault_tolerance
+    reports = []
+    for _ in range(steps):
+        if accelerator.process_index == slow_rank:
+            time.sleep(slow_seconds)
+        accelerator.backward(model(torch.ones(2, FEATURES)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+        if monitor.slow_ranks is not None and monitor.slow_ranks.last_report not in reports:
+            reports.append(monitor.slow_ranks.last_report)
+    return [report for report in reports if report]

@@ -34,6 +34,7 @@ from accel_launch.overlay import flags_to_config
 from accel_launch.torchrun_env import torchrun_env_config
 from accel_state.contract import AS_ACCELERATE, LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
+from accel_state.network import RouteChoice, choose_interface, local_address
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
 
 DEFAULT_PORT = 29500
@@ -56,6 +57,9 @@ class LaunchPlan:
             continues on; ``None`` when the count is fixed.
         rdzv_endpoint: ``host:port`` of the rendezvous (port 0: picked at start).
         uses_gpus: Whether the workers run on GPUs (then NCCL: torch's Flight Recorder is on).
+        interface: The network interface chosen for the backends (several machines, none set
+            by the user): the one that routes to the main machine.
+        local_addr: This machine's address as the rendezvous publishes it (several machines).
         env: Variables added to the workers' environment (contract, threads, GPU selection).
         notes: Lines to show the user before starting (defaults used, ignored flags).
     """
@@ -86,6 +90,8 @@ class LaunchPlan:
     contract: LaunchContract = dataclasses.field(default_factory=LaunchContract)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    interface: RouteChoice | None = None
+    local_addr: str | None = None
 
     @property
     def min_nodes(self) -> int:
@@ -657,6 +663,9 @@ def build_plan(
     worker_env.update(_as_accelerate_env(args))
     worker_env.update(parse_env_assignments(getattr(args, "env", None)))
     notes.extend(_mode_notes(args, mode, num_machines))
+    interface, local_addr = _network(mode, num_machines, host, {**env, **worker_env})
+    if interface is not None:
+        worker_env.update(interface.env())
     gpu_ids = parse_gpu_ids(config.gpu_ids)
     if gpu_ids is not None and not use_cpu:
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
@@ -687,4 +696,22 @@ def build_plan(
         contract=contract,
         env=worker_env,
         notes=tuple(notes),
+        interface=interface,
+        local_addr=local_addr,
     )
+
+
+def _network(
+    mode: str, num_machines: int, main_host: str, environ: Mapping[str, str]
+) -> tuple[RouteChoice | None, str | None]:
+    """The interface to set for the workers and this machine's address, for several machines.
+
+    On one machine no interface is chosen, and the rendezvous publishes the endpoint's host
+    (loopback unless ``--main_process_ip`` says otherwise): torch would publish the hostname,
+    which need not resolve.
+    """
+    if mode != ELASTIC:
+        return None, None
+    if num_machines == 1:
+        return None, main_host
+    return choose_interface(main_host, environ), local_address(main_host, environ)

@@ -117,6 +117,9 @@ def _timeout_message(
         for other in range(world_size)
     )
     lines.append(f"Where the processes are: {where}.")
+    silent = [other for other in range(world_size) if other not in positions]
+    if silent:
+        lines.append(_silent_hosts(silent, world_size))
     alone = [
         op for op in _EVERY_PROCESS if any(f" in {op} #" in text for text in positions.values())
     ]
@@ -134,6 +137,24 @@ def _timeout_message(
     lines.append(_recent(entry, history))
     lines.append(f"[backend: {_without_transport_phrases(backend_says)}]")
     return "\n".join(lines)
+
+
+def _silent_hosts(silent: list[int], world_size: int) -> str:
+    """``Silent: ranks 2, 3 on node1 (198.18.0.11) ...``: where the ranks that did not answer run."""
+    from accel_state.job_hosts import posted_hosts, ranks_by_host
+    from accel_state.process_group import job_store
+
+    store = job_store()
+    hosts = posted_hosts(store, range(world_size)) if store is not None else {}
+    answered_hosts = {hosts[rank] for rank in hosts if rank not in silent}
+    whole = sorted({hosts[rank] for rank in silent if rank in hosts} - answered_hosts)
+    lost = (
+        f" No process on {', '.join(host.split(' ')[0] for host in whole)} answered: that "
+        "machine is lost, or its network link is down."
+        if whole
+        else ""
+    )
+    return f"Silent: {ranks_by_host(silent, hosts)}.{lost}"
 
 
 def _recent(

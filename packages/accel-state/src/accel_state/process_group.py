@@ -35,6 +35,8 @@ from accel_state.cluster.base import ProcessLayout
 from accel_state.contract import flight_recorder_env
 from accel_state.errors import ProcessGroupError
 from accel_state.group_keeper import free_destroyed_groups, keep_groups
+from accel_state.job_hosts import machine_of, post_host, posted_hosts, ranks_by_host
+from accel_state.network import choose_interface, local_address
 
 #: The collective timeout once the first training step is done, unless one was given: 5 minutes.
 DEFAULT_TIMEOUT_SECONDS = 300.0
@@ -47,6 +49,7 @@ _starting = threading.Event()  # set while this process waits in the default gro
 # _generation_store), keyed by the init method, rank and world size it was made for.
 _rendezvous: dict[tuple[str, int, int], Store] = {}
 _generation = 0  # how many default groups this process started over the tcp/env rendezvous
+_job_store: Store | None = None  # the store of the running default group (see job_store)
 
 
 def group_start_in_progress() -> bool:
@@ -172,14 +175,20 @@ def start_process_group(
         # variables are read when the group starts. A user's own settings win.
         for name, value in flight_recorder_env().items():
             os.environ.setdefault(name, value)
+    if backend != "xla":
+        _choose_interface(layout)
     free_destroyed_groups()
     _import_modules_that_capture_the_group()
     _starting.set()
+    global _job_store
+    store: Store | None = None
     try:
         if backend == "xla":
             rendezvous_args: dict[str, Any] = {"init_method": init_method}
         else:
-            rendezvous_args = {"store": _generation_store(init_method, layout, timeout)}
+            store = _generation_store(init_method, layout, timeout)
+            post_host(store, layout.rank, local_address(layout.master_addr, os.environ))
+            rendezvous_args = {"store": store}
         dist.init_process_group(
             backend=backend,
             rank=layout.rank,
@@ -191,15 +200,69 @@ def start_process_group(
     except Exception as error:
         raise ProcessGroupError(
             f"Could not start the {backend} process group as rank {layout.rank} of "
-            f"{layout.world_size} via {init_method} (from the {layout.source} environment): {error}"
+            f"{layout.world_size} via {init_method} (from the {layout.source} environment): "
+            f"{error}{_missing_ranks(store, layout, timeout)}"
         ) from error
     finally:
         _starting.clear()
+    _job_store = store
     global _started_here
     _started_here = True
     keep_groups()
     atexit.register(stop_at_exit)
     return True
+
+
+def job_store() -> Store | None:
+    """The rendezvous store of the default group started here (None: none, or an adopted one).
+
+    Every process of the job reaches it; :mod:`accel_state.job_hosts` reads where ranks run.
+    """
+    return _job_store if dist.is_available() and dist.is_initialized() else None
+
+
+def _choose_interface(layout: ProcessLayout) -> None:
+    """Set the backends' interface variables to the one that routes to the main machine.
+
+    Only when the user set none of them and the main machine is not reached over loopback; said
+    once per machine (by local rank 0). ``accel launch`` sets them for its workers already.
+    """
+    choice = choose_interface(layout.master_addr, os.environ)
+    if choice is None:
+        return
+    os.environ.update(choice.env())
+    if layout.local_rank == 0:
+        names = "/".join(choice.env())
+        print(
+            f"accel: {names}={choice.interface}: {choice.describe()} (set GLOO_SOCKET_IFNAME "
+            "or NCCL_SOCKET_IFNAME to choose another)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _missing_ranks(store: Store | None, layout: ProcessLayout, timeout: datetime.timedelta) -> str:
+    """``; ranks 2, 3 (machine 1) never arrived ...`` after a failed start, from the posted hosts."""
+    if store is None or layout.world_size <= 1:
+        return ""
+    everyone = range(layout.world_size)
+    posted = posted_hosts(store, everyone)
+    if not posted:
+        return ""
+    missing = [rank for rank in everyone if rank not in posted]
+    if not missing:
+        return ""
+    machines = sorted({machine_of(rank, layout.local_world_size) for rank in missing})
+    arrived = ranks_by_host(posted, posted)
+    return (
+        f"\nRanks {', '.join(map(str, missing))} (machine "
+        f"{', '.join(map(str, machines))} at {layout.local_world_size} process(es) per machine) "
+        f"never arrived at the rendezvous {layout.master_addr}:{layout.master_port} within "
+        f"{timeout.total_seconds():g} s; arrived: {arrived}. Read the missing machines' own "
+        "output for their error; check that they were started with the same --num_machines, "
+        "--main_process_ip and --main_process_port, and that the port is open between the "
+        "machines."
+    )
 
 
 def _generation_store(
@@ -275,8 +338,9 @@ def stop_process_group() -> None:
     Its groups stay kept (:mod:`accel_state.group_keeper`) until the next group starts or the
     interpreter exits, so wrappers freed afterwards never drop their last reference.
     """
-    global _started_here
+    global _started_here, _job_store
     _started_here = False
+    _job_store = None
     atexit.unregister(stop_at_exit)
     if dist.is_available() and dist.is_initialized():
         keep_groups()

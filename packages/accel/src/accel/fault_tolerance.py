@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 import accel_ops
+from accel.slow_ranks import SlowRankMonitor
 from accel_ops.records import record, register_internal_package
 from accel_state import PartialState
 
@@ -65,6 +66,7 @@ class FaultTolerance:
         self._first_sigterm_at = 0.0  # time.monotonic() of the first SIGTERM
         self._previous: Any = None
         self._backward_calls = 0
+        self.slow_ranks: SlowRankMonitor | None = None  # made at the first backward (group up)
 
     @property
     def restart_count(self) -> int:
@@ -149,5 +151,9 @@ class FaultTolerance:
         if self._backward_calls == 2 and self.state.timeout > self.state.collective_timeout:
             with record("wait_for_everyone (lowering the timeouts after the first step)"):
                 self.state.lower_timeouts()
+        if self.slow_ranks is None:
+            self.slow_ranks = SlowRankMonitor(self.state)
+        self.slow_ranks.before_backward()
         with record("backward", loss):
             yield
+        self.slow_ranks.after_backward()

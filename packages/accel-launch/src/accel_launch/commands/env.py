@@ -15,6 +15,7 @@ from accel_launch.config.files import read_config_file
 from accel_launch.config.paths import locate_config_file
 from accel_launch.errors import ConfigError
 from accel_launch.hardware import cpu_count
+from accel_state.network import route_to, user_choice
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -89,6 +90,32 @@ def _config_lines(config_file: str | None) -> list[str]:
     return lines
 
 
+def _network_line(config_file: str | None) -> str:
+    """Which interface the backends use across machines: the user's, or the one accel chooses."""
+    chosen = user_choice(os.environ)
+    if chosen:
+        named = ", ".join(f"{name}={value}" for name, value in chosen.items())
+        return f"Network interface for several machines: {named} (set by you)"
+    main_host = None
+    location = locate_config_file(config_file)
+    if location.path is not None:
+        try:
+            config = read_config_file(location.path)
+        except ConfigError:
+            config = None
+        if config is not None and (config.num_machines or 1) > 1:
+            main_host = config.main_process_ip
+    if main_host:
+        choice = route_to(main_host)
+        if choice is not None:
+            return f"Network interface for several machines: {choice.describe()} (chosen by accel)"
+        return f"Network interface for several machines: no route to main_process_ip {main_host}"
+    return (
+        "Network interface for several machines: chosen at launch (the one that routes to "
+        "--main_process_ip; GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME not set)"
+    )
+
+
 def env_report(config_file: str | None = None) -> str:
     """The report as text: a markdown list."""
     items = [
@@ -102,6 +129,7 @@ def env_report(config_file: str | None = None) -> str:
         *_accelerators(),
         f"CPU cores available: {cpu_count()} (machine: {os.cpu_count()})",
         f"System RAM: {_memory_gib()}",
+        _network_line(config_file),
         *_config_lines(config_file),
     ]
     body = [item if item.startswith("\t") else f"- {item}" for item in items]

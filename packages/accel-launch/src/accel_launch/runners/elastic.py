@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -41,8 +42,10 @@ from accel_launch.plan import LaunchPlan
 from accel_launch.runners import flight_recorder
 from accel_launch.runners.environ import extended_environ
 from accel_launch.runners.guard import guarded
+from accel_launch.runners.machines import machine_board
 from accel_state.contract import REQUEUE_EXIT_CODE
 from accel_state.failures import RankFailure, first_failure
+from accel_state.network import user_choice
 
 _ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 
@@ -105,6 +108,10 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
     rdzv_configs: dict[str, Any] = dict(plan.rdzv_conf)
     if plan.rdzv_backend == "static":
         rdzv_configs["rank"] = plan.machine_rank
+    if plan.rdzv_backend == "c10d" and "is_host" not in rdzv_configs:
+        # torch decides by resolving the hostname, which fails where it resolves nowhere. One
+        # machine hosts its own store; on several, the main machine's MachineBoard serves it.
+        rdzv_configs["is_host"] = plan.num_machines == 1
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.num_machines,
@@ -118,6 +125,7 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
         max_restarts=plan.max_restarts,
         monitor_interval=plan.monitor_interval,
         start_method="spawn",
+        local_addr=plan.local_addr,
     )
 
 
@@ -222,29 +230,77 @@ def run_elastic(plan: LaunchPlan) -> int:
             if plan.num_machines > 1
             else ""
         )
+        if plan.num_machines > 1 and plan.rdzv_backend == "c10d":
+            where = f" on one of {plan.num_machines} machines (c10d numbers them)"
         if plan.min_machines is not None:
             where = f" on one of {plan.min_machines} to {plan.num_machines} machines (elastic)"
         print(
             f"accel launch: starting {plan.nproc_per_node} process(es){where} "
-            f"({plan.rdzv_backend} rendezvous at {plan.rdzv_endpoint})",
+            f"({plan.rdzv_backend} rendezvous at {plan.rdzv_endpoint}){_network_line(plan)}",
             file=sys.stderr,
             flush=True,
         )
     with (
         _log_dir(plan.log_dir) as log_dir,
+        machine_board(plan) as board,
         extended_environ({**plan.env, **_recorder_env(plan, log_dir)}),
         _quiet(plan.quiet),
         _default_signals(),
     ):
+        if board is not None:
+            board.watch()
         try:
             elastic_launch(_launch_config(plan, log_dir), command[0])(*command[1:])
         except ChildFailedError as error:
             summary, code = describe_failure(error, dumps=flight_recorder.positions(log_dir))
             print(summary, file=sys.stderr, flush=True)
+            if board is not None:
+                board.post_failure(summary)
             return code
         except SignalException as error:
+            if board is not None and board.peer_failure:
+                return _stopped_for_peer(board.peer_failure)
             return _stopped_by(error.sigval)
+        except Exception as error:
+            if board is None or not _is_rendezvous_failure(error):
+                raise
+            print(board.describe_missing(error), file=sys.stderr, flush=True)
+            return 1
     return 0
+
+
+def _is_rendezvous_failure(error: BaseException) -> bool:
+    """A store time-out or connection error, or an elastic rendezvous error."""
+    from torch.distributed import DistError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    return isinstance(error, (DistError, RendezvousError, TimeoutError))
+
+
+def _stopped_for_peer(failure: str) -> int:
+    """This machine's workers were stopped because another machine's job failed: exit 1."""
+    print(
+        f"accel launch: another machine's job failed, so this machine's workers were stopped: "
+        f"{failure}. Its own output has the traceback.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 1
+
+
+def _network_line(plan: LaunchPlan) -> str:
+    """``; network: eth0 (198.18.0.11), ...`` for a job on several machines, else nothing."""
+    if plan.num_machines == 1:
+        return ""
+    if plan.interface is not None:
+        return (
+            f"; network: {plan.interface.describe()}, set as GLOO_SOCKET_IFNAME and "
+            "NCCL_SOCKET_IFNAME (set one yourself to choose another)"
+        )
+    chosen = user_choice({**os.environ, **plan.env})
+    if chosen:
+        return "; network: " + ", ".join(f"{name}={value}" for name, value in chosen.items())
+    return ""
 
 
 def _recorder_env(plan: LaunchPlan, log_dir: str) -> dict[str, str]:

@@ -1,0 +1,219 @@
+"""What the launchers of a job on several machines tell each other, through the rendezvous store.
+
+torch elastic's agents meet in the rendezvous, but a machine that never arrives is reported as
+"1/2 clients joined" after ten minutes, a machine whose launcher gave up leaves the others'
+workers waiting for a collective until it times out, and on hosts whose names resolve to nothing
+the c10d rendezvous cannot tell which machine hosts its store. :class:`MachineBoard` is a small
+shared board in the same store (the same port; no other port is opened):
+
+* the main machine's launcher serves the store itself (torch's rendezvous then connects to it,
+  ``is_host=False`` for c10d): the static rendezvous's rank 0, or for c10d the machine whose
+  addresses include the endpoint's (found by address, not by hostname);
+* every launcher posts ``hostname address`` when it arrives, so a rendezvous that times out
+  names the machine ranks that never came (static) or the machines that did (c10d);
+* a launcher whose job failed for good posts why; the others' watchers see it within a second,
+  stop their workers and exit non-zero naming that machine, instead of waiting in a collective
+  for the collective timeout. Elastic ranges (``--num_machines MIN:MAX``) post nothing: there the
+  other machines go on without the lost one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from accel_launch.errors import JobFailedError
+from accel_launch.plan import LaunchPlan
+from accel_state.network import is_this_machine
+
+#: torch's default wait of the static rendezvous (``timeout``) and of the c10d one
+#: (``join_timeout``) for every machine to arrive, in seconds.
+DEFAULT_ARRIVAL_TIMEOUT = 600
+#: How often the watcher looks for another machine's failure, in seconds.
+WATCH_INTERVAL = 1.0
+_ARRIVED = "accel/launch/{run_id}/machine/{index}"
+_ARRIVALS = "accel/launch/{run_id}/arrivals"
+_FAILED = "accel/launch/{run_id}/failed"
+
+
+def arrival_timeout(plan: LaunchPlan) -> int:
+    """How long machines wait for each other at the rendezvous (``--rdzv_conf``, else 600 s)."""
+    key = "timeout" if plan.rdzv_backend == "static" else "join_timeout"
+    return int(plan.rdzv_conf.get(key, DEFAULT_ARRIVAL_TIMEOUT))
+
+
+def arrival_option(plan: LaunchPlan) -> str:
+    """The option that sets :func:`arrival_timeout`, as the user would type it."""
+    key = "timeout" if plan.rdzv_backend == "static" else "join_timeout"
+    return f"--rdzv_conf {key}=SECONDS (default {DEFAULT_ARRIVAL_TIMEOUT})"
+
+
+def _serves_store(plan: LaunchPlan, host: str) -> bool:
+    if plan.rdzv_backend == "static":
+        return plan.machine_rank == 0
+    return "is_host" not in plan.rdzv_conf and is_this_machine(host)
+
+
+class MachineBoard:
+    """The launchers' shared board for one job on several machines (see the module docstring).
+
+    Args:
+        plan: The launch plan (several machines).
+    """
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.host, _, port = plan.rdzv_endpoint.rpartition(":")
+        self.port = int(port)
+        self.timeout = arrival_timeout(plan)
+        self.server: Any = None
+        self.client: Any = None
+        self.peer_failure: str | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def key(self, template: str, **fields: object) -> str:
+        """A board key of this job."""
+        return template.format(run_id=self.plan.run_id, **fields)
+
+    def open(self) -> None:
+        """Serve the store if this is the main machine, connect, and post this machine's arrival.
+
+        Raises:
+            JobFailedError: The main machine's store could not be reached within the arrival
+                timeout (the message says what to check).
+        """
+        from torch._C._distributed_c10d import TCPStore
+
+        wait = datetime.timedelta(seconds=self.timeout)
+        if _serves_store(self.plan, self.host):
+            with contextlib.suppress(RuntimeError, ValueError, TimeoutError):  # port taken
+                self.server = TCPStore(
+                    self.host,
+                    self.port,
+                    is_master=True,
+                    multi_tenant=True,
+                    wait_for_workers=False,
+                    timeout=wait,
+                )
+        try:
+            self.client = self.server or TCPStore(
+                self.host, self.port, is_master=False, timeout=wait
+            )
+        except (RuntimeError, ValueError, TimeoutError) as error:
+            raise JobFailedError(self._unreachable(error)) from error
+        arrived = f"{socket.gethostname()} {self.plan.local_addr or '?'}"
+        index = self.plan.machine_rank
+        if self.plan.rdzv_backend != "static":
+            index = int(self.client.add(self.key(_ARRIVALS), 1)) - 1
+        self.client.set(self.key(_ARRIVED, index=index), arrived)
+
+    @property
+    def this_machine(self) -> str:
+        """``machine 1 (node1)`` for the static rendezvous, ``node1`` for c10d (no fixed ranks)."""
+        if self.plan.rdzv_backend == "static":
+            return f"machine {self.plan.machine_rank} ({socket.gethostname()})"
+        return socket.gethostname()
+
+    def _unreachable(self, error: BaseException) -> str:
+        return (
+            f"{self.this_machine} could not reach the rendezvous of "
+            f"machine 0 at {self.host}:{self.port} within {self.timeout} s ({error}). Check that "
+            f"`accel launch` runs on machine 0 with --main_process_ip {self.host} "
+            f"--main_process_port {self.port}, that this machine reaches {self.host}, and that "
+            f"TCP port {self.port} is open on machine 0 (README: ports and firewalls). The wait "
+            f"is {arrival_option(self.plan)}."
+        )
+
+    def arrivals(self) -> dict[int, str]:
+        """Machine index -> ``hostname address`` of the machines that posted (never blocks)."""
+        found: dict[int, str] = {}
+        for index in range(self.plan.num_machines):
+            key = self.key(_ARRIVED, index=index)
+            with contextlib.suppress(Exception):
+                if self.client is not None and self.client.check([key]):
+                    found[index] = self.client.get(key).decode()
+        return found
+
+    def describe_missing(self, error: BaseException) -> str:
+        """Why the rendezvous failed: which machines arrived and which never did."""
+        arrived = self.arrivals()
+        joined = ", ".join(f"machine {index}: {text}" for index, text in sorted(arrived.items()))
+        if self.plan.rdzv_backend == "static":
+            missing = [i for i in range(self.plan.num_machines) if i not in arrived]
+            never = f"machine(s) {', '.join(map(str, missing))} never arrived"
+        else:
+            fewest = self.plan.min_nodes
+            never = f"{len(arrived)} machine(s) arrived, {fewest} needed"
+        return (
+            f"accel launch: the {self.plan.rdzv_backend} rendezvous at {self.host}:{self.port} "
+            f"failed after waiting {self.timeout} s: {never} (arrived: {joined or 'none'}). "
+            f"Start `accel launch` on every machine with --num_machines "
+            f"{self.plan.num_machines} --main_process_ip {self.host} --main_process_port "
+            f"{self.port}, and check that they reach {self.host} on TCP port {self.port} "
+            f"(README: ports and firewalls). The wait is {arrival_option(self.plan)}. "
+            f"[{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}]"
+        )
+
+    def post_failure(self, summary: str) -> None:
+        """Tell the other machines that this one failed for good (fixed machine counts only)."""
+        if self.client is None or self.plan.min_machines is not None or self.peer_failure:
+            return
+        first = summary.strip().splitlines()[:2]
+        text = f"{self.this_machine}: {' '.join(first)}"
+        with contextlib.suppress(Exception):
+            self.client.set(self.key(_FAILED), text)
+
+    def watch(self) -> None:
+        """Start the watcher: another machine's failure stops this launcher (SIGTERM to itself)."""
+        if self.client is None or self.plan.min_machines is not None:
+            return
+        self._watcher = threading.Thread(target=self._watch, name="accel-machines", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        key = self.key(_FAILED)
+        while not self._stop.wait(WATCH_INTERVAL):
+            try:
+                if not self.client.check([key]):
+                    continue
+                self.peer_failure = self.client.get(key).decode()
+            except Exception:  # noqa: BLE001 - the store left with machine 0: nothing to watch
+                return
+            os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers and raises
+            return
+
+    def close(self, linger: float = 0.0) -> None:
+        """Stop watching; the main machine keeps serving ``linger`` s for the others to read."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=WATCH_INTERVAL * 2)
+        if self.server is not None and linger > 0:
+            time.sleep(linger)
+        self.client = None
+        self.server = None
+
+
+@contextlib.contextmanager
+def machine_board(plan: LaunchPlan) -> Iterator[MachineBoard | None]:
+    """A :class:`MachineBoard` open for the launch (None on one machine).
+
+    Raises:
+        JobFailedError: The main machine could not be reached (see :meth:`MachineBoard.open`).
+    """
+    if plan.num_machines == 1:
+        yield None
+        return
+    board = MachineBoard(plan)
+    board.open()
+    try:
+        yield board
+    finally:
+        board.close(linger=WATCH_INTERVAL * 2 if board.peer_failure is None else 0.0)

@@ -1,0 +1,108 @@
+"""Several machines: the interface the workers use, the address the rendezvous publishes, the store host.
+
+The jobs themselves run on test hosts (network namespaces) in ``tests-integration/multihost``.
+"""
+
+import socket
+import time
+
+import pytest
+from launch_helpers import SCRIPTS
+
+from accel_launch.errors import JobFailedError
+from accel_launch.launch_args import build_launch_parser
+from accel_launch.plan import build_plan
+from accel_launch.runners.elastic import _launch_config
+from accel_launch.runners.machines import MachineBoard, arrival_option, arrival_timeout
+from accel_state.network import CHOSEN_VARIABLES
+
+SCRIPT = str(SCRIPTS / "plain_worker.py")
+
+
+def plan_for(*flags, environ=None):
+    args = build_launch_parser().parse_args(["--cpu", *flags, SCRIPT])
+    return build_plan(args, None, {"CUDA_VISIBLE_DEVICES": "", **(environ or {})})
+
+
+def two_machines(*flags, environ=None, host="127.0.0.1", port=29500):
+    return plan_for(
+        "--num_machines", "2", "--num_processes", "2", "--main_process_ip", host,
+        "--main_process_port", str(port), *flags, environ=environ,
+    )  # fmt: skip
+
+
+def test_one_machine_publishes_the_endpoint_host_and_hosts_its_own_c10d_store(tmp_path):
+    plan = plan_for("--num_processes", "2")
+    assert plan.interface is None and plan.local_addr == "127.0.0.1"
+    config = _launch_config(plan, str(tmp_path))
+    assert config.local_addr == "127.0.0.1"
+    assert config.rdzv_configs["is_host"] is True  # never torch's hostname lookup
+
+
+def test_a_main_machine_over_loopback_sets_no_interface():
+    plan = two_machines()
+    assert plan.interface is None
+    assert not any(name in plan.env for name in CHOSEN_VARIABLES)
+
+
+def test_the_users_interface_wins_and_its_address_is_published():
+    plan = two_machines(environ={"GLOO_SOCKET_IFNAME": "lo"})
+    assert plan.interface is None and plan.local_addr == "127.0.0.1"
+    assert "GLOO_SOCKET_IFNAME" not in plan.env  # the user's own variable reaches the workers
+
+
+def test_c10d_on_several_machines_never_hosts_by_hostname(tmp_path):
+    plan = two_machines("--rdzv_backend", "c10d")
+    assert _launch_config(plan, str(tmp_path)).rdzv_configs["is_host"] is False
+    mine = two_machines("--rdzv_backend", "c10d", "--rdzv_conf", "is_host=1")
+    assert _launch_config(mine, str(tmp_path)).rdzv_configs["is_host"] == 1  # the user's
+
+
+def test_the_arrival_wait_is_the_rendezvous_timeout_with_torchs_default():
+    assert arrival_timeout(two_machines()) == 600
+    assert arrival_timeout(two_machines("--rdzv_conf", "timeout=15")) == 15
+    c10d = two_machines("--rdzv_backend", "c10d", "--rdzv_conf", "join_timeout=20")
+    assert arrival_timeout(c10d) == 20
+    assert arrival_option(c10d) == "--rdzv_conf join_timeout=SECONDS (default 600)"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_machine_0_serves_the_board_and_names_who_arrived_and_who_did_not():
+    port = _free_port()
+    main = MachineBoard(two_machines("--rdzv_conf", "timeout=5", port=port))
+    main.open()
+    try:
+        assert main.server is not None
+        assert list(main.arrivals()) == [0]
+        text = main.describe_missing(TimeoutError("1/2 clients joined"))
+        assert "machine(s) 1 never arrived (arrived: machine 0: " in text
+        assert "--rdzv_conf timeout=SECONDS (default 600)" in text
+        other = MachineBoard(two_machines("--machine_rank", "1", port=port))
+        other.open()
+        assert sorted(main.arrivals()) == [0, 1]
+        other.post_failure("accel launch: the job failed.\n  rank 1 exited with code 1")
+        deadline = time.monotonic() + 30
+        main.client.check(["x"])  # the store still answers
+        key = main.key("accel/launch/{run_id}/failed")
+        while not main.client.check([key]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        failure = main.client.get(key).decode()
+        assert failure.startswith("machine 1 (") and "rank 1 exited with code 1" in failure
+        other.close()
+    finally:
+        main.close()
+
+
+def test_a_machine_that_cannot_reach_machine_0_names_the_address_and_the_wait():
+    port = _free_port()  # nobody serves it
+    board = MachineBoard(two_machines("--machine_rank", "1", "--rdzv_conf", "timeout=2", port=port))
+    with pytest.raises(
+        JobFailedError,
+        match=rf"could not reach the rendezvous of machine 0 at 127.0.0.1:{port} within 2 s",
+    ):
+        board.open()
