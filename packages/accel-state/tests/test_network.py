@@ -1,15 +1,14 @@
 """Choosing the interface that routes to the main machine (accel_state.network)."""
 
-import socket
-
-import psutil
 import pytest
 
 from accel_state.network import (
     CHOSEN_VARIABLES,
     IFNAME_VARIABLES,
     RouteChoice,
+    address_of,
     choose_interface,
+    interface_addresses,
     interface_of,
     is_this_machine,
     local_address,
@@ -45,14 +44,11 @@ def test_the_choice_sets_gloo_nccl_and_tensorpipe_and_says_which_route():
 
 
 def test_the_address_of_a_named_interface_is_published_when_the_user_chose_one():
-    addresses = psutil.net_if_addrs()
-    loopback = next(
-        name
-        for name, entries in addresses.items()
-        if any(entry.family == socket.AF_INET and entry.address == "127.0.0.1" for entry in entries)
-    )
+    addresses = interface_addresses()
+    loopback = next(name for name, held in addresses.items() if "127.0.0.1" in held)
     assert interface_of("127.0.0.1") == loopback
     assert local_address("10.0.0.1", {"GLOO_SOCKET_IFNAME": loopback}) == "127.0.0.1"
+    assert address_of("no-such-interface") is None
 
 
 @pytest.mark.parametrize("value", ["^docker0", "=eth0", "eth0,eth1"])

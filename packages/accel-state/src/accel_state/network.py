@@ -5,20 +5,26 @@ told an interface. Where the hostname resolves to nothing, or to 127.0.1.1 (as t
 Debian and Ubuntu installations has it), they advertise the loopback address and the other
 machines cannot connect ("Gloo connectFullMesh failed ... Connection refused, remote=[127.0.0.1]").
 The interface that matters is the one whose address routes to the main machine: the kernel tells
-which when a UDP socket is connected to that address (no packet is sent), and psutil maps the
-source address it chose back to the interface's name.
+which when a UDP socket is connected to that address (no packet is sent), and the interfaces'
+addresses (:func:`interface_addresses`) map the source address it chose back to a name.
 
 The user's own setting always wins: when any of :data:`IFNAME_VARIABLES` is set, nothing is chosen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import socket
+import struct
 from collections.abc import Mapping
+from pathlib import Path
 
-import psutil
+try:
+    import fcntl
+except ImportError:  # Windows: no interface lookup, nothing is chosen
+    fcntl = None  # type: ignore[assignment]
 
 #: The variables that name the interface a backend uses, for gloo, NCCL, TensorPipe (RPC) and
 #: oneCCL. Any one set by the user means they chose: accel sets none of them then.
@@ -31,6 +37,7 @@ IFNAME_VARIABLES = (
 #: What accel sets when it chooses: gloo, NCCL and TensorPipe read a plain interface name.
 CHOSEN_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 _ANY_PORT = 9  # the discard port: connecting a UDP socket sends nothing
+_SIOCGIFADDR = 0x8915  # Linux's ioctl for an interface's IPv4 address
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,23 +101,49 @@ def source_address(destination: str) -> str | None:
         return None
 
 
+def interface_addresses() -> dict[str, list[str]]:
+    """Interface name -> its addresses (IPv4 first), read from the kernel (Linux; else empty).
+
+    IPv4 addresses come from ``SIOCGIFADDR`` per interface of :func:`socket.if_nameindex`, IPv6
+    ones from ``/proc/net/if_inet6``. accel-state depends on torch only, so this is not psutil.
+    """
+    found: dict[str, list[str]] = {}
+    if fcntl is None:
+        return found
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return found
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for name in names:
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address
+                continue
+            found.setdefault(name, []).append(socket.inet_ntoa(reply[20:24]))
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 6:
+                packed = bytes.fromhex(fields[0])
+                found.setdefault(fields[5], []).append(socket.inet_ntop(socket.AF_INET6, packed))
+    return found
+
+
 def interface_of(address: str) -> str | None:
     """The name of the interface holding ``address`` (None when no interface holds it)."""
-    for name, entries in psutil.net_if_addrs().items():
-        for entry in entries:
-            ip_family = entry.family in (socket.AF_INET, socket.AF_INET6)
-            if ip_family and entry.address.split("%")[0] == address.split("%")[0]:
-                return str(name)
+    wanted = address.split("%")[0]
+    for name, addresses in interface_addresses().items():
+        if wanted in addresses:
+            return name
     return None
 
 
 def address_of(interface: str) -> str | None:
     """``interface``'s first IPv4 address (IPv6 when it has none); None for an unknown name."""
-    entries = psutil.net_if_addrs().get(interface, [])
-    ipv4 = [str(entry.address) for entry in entries if entry.family == socket.AF_INET]
-    ipv6 = [str(entry.address) for entry in entries if entry.family == socket.AF_INET6]
-    chosen = ipv4 or ipv6
-    return chosen[0] if chosen else None
+    addresses = interface_addresses().get(interface, [])
+    return addresses[0] if addresses else None
 
 
 def is_this_machine(host: str) -> bool:
