@@ -783,11 +783,14 @@ def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
 @nox.session(tags=["ci"])
 @timed
 def slurm(session: nox.Session) -> None:
-    """Real sbatch/srun jobs on a one-node SLURM cluster started for the session (2 CPUs).
+    """Real sbatch/srun jobs on a one-node SLURM cluster, and on two nodes (test hosts).
 
-    Trains under ``srun python`` and ``srun accel launch``, preempts with ``scancel
-    --signal=TERM`` and checks the requeued job resumes to bit-equal weights. The daemons are
-    stopped by PID at the end whatever happens (and at exit, should nox itself be interrupted).
+    One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
+    --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
+    (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
+    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
+    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
+    interrupted).
     """
     if platform.system() != "Linux":
         session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
@@ -804,8 +807,10 @@ def slurm(session: nox.Session) -> None:
         session.run(
             "pytest",
             str(CLUSTER_TESTS / "test_slurm.py"),
+            str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
             "-p",
             "no:cacheprovider",
+            "-rs",
             *junit_args(session),
             *session.posargs,
             env={**cpu_env(session), **cluster.env},

@@ -23,7 +23,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 #: Debian packages providing the daemons and the client commands.
@@ -43,6 +45,12 @@ class Cluster:
     root: Path
     conf: Path
     pids: dict[str, int]
+    #: What runs a client command where the controller is reachable (a test host's nsenter).
+    prefix: tuple[str, ...] = ()
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` (``sbatch``, ``scontrol``...) run where it reaches the controller."""
+        return [*self.prefix, *argv]
 
     @property
     def env(self) -> dict[str, str]:
@@ -90,14 +98,23 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(root: Path, cpus: int = 2) -> Path:
-    """Write ``slurm.conf`` for one node (``localhost``, ``cpus`` CPUs) under ``root``."""
+def write_config(
+    root: Path, cpus: int = 2, nodes: Sequence[tuple[str, str]] = (("localhost", "127.0.0.1"),)
+) -> Path:
+    """Write ``slurm.conf`` under ``root``: ``nodes`` (name, address), the first the controller.
+
+    Per-node files (spool, pid, log) carry the node's name (``%n``), so that several slurmd on
+    one machine (test hosts) keep apart.
+    """
     for folder in ("state", "spool", "log"):
         (root / folder).mkdir(parents=True, exist_ok=True)
+    several = len(nodes) > 1
+    node_part = "-%n" if several else ""
     user = os.environ.get("USER") or "root"
+    controller, controller_address = nodes[0]
     lines = {
         "ClusterName": "accel-ci",
-        "SlurmctldHost": "localhost(127.0.0.1)",
+        "SlurmctldHost": f"{controller}({controller_address})",
         "SlurmUser": user,
         "SlurmdUser": user,
         "SlurmctldPort": str(_free_port()),
@@ -106,11 +123,11 @@ def write_config(root: Path, cpus: int = 2) -> Path:
         "CredType": "cred/munge",
         "AuthInfo": f"socket={root / 'munge.socket'},cred_expire=5",
         "StateSaveLocation": str(root / "state"),
-        "SlurmdSpoolDir": str(root / "spool"),
+        "SlurmdSpoolDir": str(root / f"spool{node_part}"),
         "SlurmctldPidFile": str(root / "slurmctld.pid"),
-        "SlurmdPidFile": str(root / "slurmd.pid"),
+        "SlurmdPidFile": str(root / f"slurmd{node_part}.pid"),
         "SlurmctldLogFile": str(root / "log" / "slurmctld.log"),
-        "SlurmdLogFile": str(root / "log" / "slurmd.log"),
+        "SlurmdLogFile": str(root / "log" / f"slurmd{node_part}.log"),
         "ProctrackType": "proctrack/linuxproc",
         "TaskPlugin": "task/none",
         "JobRequeue": "1",
@@ -131,8 +148,10 @@ def write_config(root: Path, cpus: int = 2) -> Path:
         "SlurmdTimeout": "30",
     }
     text = "".join(f"{key}={value}\n" for key, value in lines.items())
-    text += f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN\n"
-    text += "PartitionName=ci Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n"
+    for name, address in nodes:
+        text += f"NodeName={name} NodeAddr={address} CPUs={cpus} State=UNKNOWN\n"
+    names = ",".join(name for name, _ in nodes)
+    text += f"PartitionName=ci Nodes={names} Default=YES MaxTime=INFINITE State=UP\n"
     conf = root / "slurm.conf"
     conf.write_text(text)
     return conf
@@ -159,6 +178,27 @@ def _run_daemon(command: list[str], pid_file: Path, log: Path, env: dict[str, st
     return int(pid_file.read_text().split()[0])
 
 
+def _start_munged(root: Path, env: dict[str, str]) -> int:
+    """Start munged with a fresh key, its socket, pid and log files in ``root``; its PID."""
+    key = root / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    return _run_daemon(
+        [
+            "munged",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={root / 'munge.socket'}",
+            f"--pid-file={root / 'munged.pid'}",
+            f"--log-file={root / 'log' / 'munged.log'}",
+            f"--seed-file={root / 'munged.seed'}",
+        ],
+        root / "munged.pid",
+        root / "log" / "munged.log",
+        env,
+    )
+
+
 def start(root: Path, cpus: int = 2) -> Cluster:
     """Start munged, slurmctld and slurmd on localhost; return once the node is idle.
 
@@ -174,23 +214,7 @@ def start(root: Path, cpus: int = 2) -> Cluster:
     env = {**os.environ, "SLURM_CONF": str(conf)}
     cluster = Cluster(root=root, conf=conf, pids={})
     try:
-        key = root / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
-        cluster.pids["munged"] = _run_daemon(
-            [
-                "munged",
-                "--force",
-                f"--key-file={key}",
-                f"--socket={root / 'munge.socket'}",
-                f"--pid-file={root / 'munged.pid'}",
-                f"--log-file={root / 'log' / 'munged.log'}",
-                f"--seed-file={root / 'munged.seed'}",
-            ],
-            root / "munged.pid",
-            root / "log" / "munged.log",
-            env,
-        )
+        cluster.pids["munged"] = _start_munged(root, env)
         cluster.pids["slurmctld"] = _run_daemon(
             ["slurmctld", "-f", str(conf)],
             root / "slurmctld.pid",
@@ -203,32 +227,75 @@ def start(root: Path, cpus: int = 2) -> Cluster:
             root / "log" / "slurmd.log",
             env,
         )
-        _wait_for_idle_node(env, root)
+        _wait_for_idle_nodes(cluster, env, 1)
     except BaseException:
         stop(cluster)
         raise
     return cluster
 
 
-def _wait_for_idle_node(env: dict[str, str], root: Path) -> None:
+def start_on_hosts(root: Path, hosts: Sequence[Any], cpus: int = 2) -> Cluster:
+    """Start a cluster over test hosts (``scripts/test_hosts.py``): one slurmd in each.
+
+    slurmctld runs in the first host (the head node), each slurmd in its own host with the
+    host's hostname as its NodeName and its address as NodeAddr; munged runs here (its socket
+    is a file every host reaches). Client commands go through :meth:`Cluster.command`, inside
+    the head node. The hosts should resolve each other's names (``hosts_file="resolvable"``),
+    as a SLURM cluster's do.
+
+    Raises:
+        ClusterError: A daemon did not start or a node did not come up (the log is quoted).
+    """
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    conf = write_config(root, cpus, [(host.hostname, host.address) for host in hosts])
+    for host in hosts:
+        (root / f"spool-{host.hostname}").mkdir(exist_ok=True)
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    head = hosts[0]
+    cluster = Cluster(root=root, conf=conf, pids={}, prefix=tuple(head.command([])))
+    try:
+        cluster.pids["munged"] = _start_munged(root, env)
+        cluster.pids["slurmctld"] = _run_daemon(
+            head.command(["slurmctld", "-f", str(conf)]),
+            root / "slurmctld.pid",
+            root / "log" / "slurmctld.log",
+            env,
+        )
+        for host in hosts:
+            cluster.pids[f"slurmd-{host.hostname}"] = _run_daemon(
+                host.command(["slurmd", "-f", str(conf)]),
+                root / f"slurmd-{host.hostname}.pid",
+                root / "log" / f"slurmd-{host.hostname}.log",
+                env,
+            )
+        _wait_for_idle_nodes(cluster, env, len(hosts))
+    except BaseException:
+        stop(cluster)
+        raise
+    return cluster
+
+
+def _wait_for_idle_nodes(cluster: Cluster, env: dict[str, str], count: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    state = ""
+    states: list[str] = []
     while time.monotonic() < deadline:
         result = subprocess.run(
-            ["sinfo", "--noheader", "--format=%t"],
+            cluster.command(["sinfo", "--noheader", "--Node", "--format=%t"]),
             env=env,
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
         )
-        state = result.stdout.strip()
-        if state == "idle":
+        states = result.stdout.split()
+        if states == ["idle"] * count:
             return
         time.sleep(0.5)
-    tail = (root / "log" / "slurmctld.log").read_text()[-2000:]
+    tail = (cluster.root / "log" / "slurmctld.log").read_text()[-2000:]
     raise ClusterError(
-        f"the node is {state!r}, not idle, after {START_TIMEOUT} s; slurmctld:\n{tail}"
+        f"the nodes are {states}, not {count} idle, after {START_TIMEOUT} s; slurmctld:\n{tail}"
     )
 
 
@@ -247,16 +314,22 @@ def stop(cluster: Cluster) -> None:
 
     slurmd first (it ends the steps it runs), munged last. Safe to call twice.
     """
-    for name in reversed(DAEMONS):
-        pid = cluster.pids.pop(name, None)
-        if pid is None or not _alive(pid):
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    order = sorted(cluster.pids, key=lambda name: -DAEMONS.index(name.split("-")[0]))
+    for name in order:
+        stop_daemon(cluster, name)
+
+
+def stop_daemon(cluster: Cluster, name: str) -> None:
+    """Stop one daemon (``slurmd-node1``...) by PID: SIGTERM, SIGKILL after :data:`STOP_TIMEOUT`."""
+    pid = cluster.pids.pop(name, None)
+    if pid is None or not _alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -84,6 +85,8 @@ class TestHost:
         holder_pid: The process holding its UTS and mount namespaces.
     """
 
+    __test__ = False  # not a pytest test class
+
     index: int
     hostname: str
     namespace: str
@@ -134,6 +137,8 @@ class TestHosts:
         prefix: Start of every namespace name (default ``accel-<pid>``), so that concurrent runs
             never share a name.
     """
+
+    __test__ = False  # not a pytest test class
 
     def __init__(
         self,
@@ -230,17 +235,28 @@ class TestHosts:
         _run([*ip, "link", "set", "eth1", "up"])
         hosts = self.folder / f"{host.hostname}.hosts"
         hosts.write_text(self._hosts_text(host))
-        holder = (
-            f"hostname {host.hostname} && mount --bind {hosts} /etc/hosts && echo ready && "
+        # The holder gets its own UTS and mount namespaces, then enters the network namespace
+        # and mounts a sysfs of it (as `ip netns exec` does), so /sys/class/net lists this
+        # host's interfaces; this machine's cgroup tree, kept aside first, is bound back under
+        # it so that daemons that need it (slurmd) run.
+        kept = self.folder / f"{host.hostname}.cgroup"
+        kept.mkdir()
+        inside = (
+            "umount -l /sys && mount -t sysfs sysfs /sys && "
+            f"{{ mount --rbind {kept} /sys/fs/cgroup || true; }} && echo ready && "
             "exec sleep infinity"
         )
+        holder = (
+            f"hostname {host.hostname} && mount --bind {hosts} /etc/hosts && "
+            f"{{ mount --rbind /sys/fs/cgroup {kept} || true; }} && "
+            f"exec nsenter --net=/run/netns/{namespace} -- sh -c {shlex.quote(inside)}"
+        )
         process = subprocess.Popen(
-            ["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount",
-             "--propagation", "private", "--", "sh", "-c", holder],
+            ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c", holder],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         self._holders.append(process)
         host.holder_pid = process.pid
         assert process.stdout is not None

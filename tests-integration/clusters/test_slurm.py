@@ -2,8 +2,8 @@
 
 Each test submits real jobs with ``sbatch``/``srun``; the training script is the fault-tolerance
 example through ``scripts/long_job.py`` (24 steps of a tiny model on 2 CPU processes). Launch
-shapes: ``srun --ntasks=2 python train.py`` (SLURM starts both processes) and
-``srun --ntasks=1 accel launch --num_processes 2 train.py`` (accel launch starts them).
+shape: ``srun --ntasks=2 python train.py`` (SLURM starts both processes); ``srun accel launch``
+runs across two nodes in ``test_slurm_two_nodes.py``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ if not os.environ.get("SLURM_CONF") or shutil.which("sbatch") is None:
         allow_module_level=True,
     )
 
+# `srun accel launch` preempted and requeued runs on two nodes in test_slurm_two_nodes.py (one
+# launcher per node), which covers the one-node shape.
 SHAPES = {
     "srun_python": ("#SBATCH --ntasks=2", "srun --ntasks=2 {python} {script} --requeue_exit"),
-    "srun_accel_launch": (
-        "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=2",
-        "srun --ntasks=1 {accel} launch --cpu --num_processes 2 {script}",
-    ),
 }
 #: Jobs submitted by this module, for the session's report.
 SUBMITTED: list[str] = []

@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=192)
+    parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--stop_after_epoch", type=int, default=0)
     parser.add_argument("--fail_on_host", default="")
     parser.add_argument("--step_delay", type=float, default=0.0)

@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import EVERYDAY, Finished, launch_command, outputs, run_job, start, wait_all
+from conftest import (
+    EVERYDAY,
+    Finished,
+    accel,
+    job_env,
+    launch_command,
+    outputs,
+    run_job,
+    start,
+    wait_all,
+)
 from safetensors.torch import load_file
 
 #: (hosts, rendezvous, hosts file) of the everyday runs.
@@ -28,7 +39,7 @@ LAYOUTS = [
     (3, "c10d", "unresolvable"),
 ]
 #: A short arrival wait for the failure tests (the default is 600 s).
-ARRIVAL = 15
+ARRIVAL = 8
 
 
 def everyday_twice(run, out: Path) -> list[dict[str, Finished]]:
@@ -199,7 +210,7 @@ def test_a_machine_cut_off_mid_training_is_named_with_its_ranks_and_host(make_ho
     hosts = make_hosts(2)
     out = tmp_path / "out"
     out.mkdir()
-    collective_timeout = 20
+    collective_timeout = 45
     flags = ["--collective_timeout", str(collective_timeout)]
     args = [str(EVERYDAY), str(out), "--epochs", "50", "--step_delay", "0.05"]
     jobs = {}
@@ -254,7 +265,7 @@ def test_an_elastic_job_goes_on_without_a_machine_whose_link_is_cut(make_hosts, 
     hosts = make_hosts(3)
     logs = tmp_path / "logs"
     logs.mkdir()
-    flags = ["--max_restarts", "1", "--rdzv_conf", ELASTIC_RDZV, "--collective_timeout", "20"]
+    flags = ["--max_restarts", "1", "--rdzv_conf", ELASTIC_RDZV, "--collective_timeout", "45"]
     jobs = {}
     for host in hosts:
         command = launch_command(hosts, host, 1, "c10d", flags, machines="2:3")
@@ -336,3 +347,50 @@ def test_workers_started_by_torchrun_choose_the_interface_themselves(make_hosts,
         assert len(said) == 1, end.output  # once per machine, by local rank 0
         assert f"=eth0: eth0 ({end.host.address}), which routes to the main machine" in said[0]
         assert end.output.count("sum=6") == 2  # both local ranks in the 4-process reduce
+
+
+@pytest.mark.timeout(600)
+def test_kubeflow_pytorchjob_variables_per_host_form_one_job(make_hosts, tmp_path):
+    """What the training operator sets per pod, and nothing else, on two hosts.
+
+    PyTorchJob with ``nprocPerNode``: ``PET_*`` for a launcher in each pod (``accel launch``
+    reads them as torchrun does); v1 without it: ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/
+    ``RANK`` and ``python train.py`` per pod.
+    """
+    import sys
+
+    hosts = make_hosts(2)
+    report = Path(__file__).resolve().parents[1] / "scripts" / "report_state.py"
+    for shape in ("pet", "v1"):
+        jobs = {}
+        for host in hosts:
+            if shape == "pet":
+                command = [accel(), "launch", "--cpu"]
+                pod = {
+                    "PET_NNODES": "2",
+                    "PET_NPROC_PER_NODE": "2",
+                    "PET_NODE_RANK": str(host.index),
+                    "PET_MASTER_ADDR": hosts[0].address,
+                    "PET_MASTER_PORT": "29500",
+                }
+            else:
+                command = [sys.executable]
+                pod = {
+                    "MASTER_ADDR": hosts[0].address,
+                    "MASTER_PORT": "29500",
+                    "WORLD_SIZE": "2",
+                    "RANK": str(host.index),
+                }
+            log = tmp_path / f"{shape}-{host.hostname}.log"
+            env = {**job_env(), **pod}
+            with log.open("w") as output:
+                process = host.popen(
+                    [*command, str(report)], env=env, stdout=output, stderr=subprocess.STDOUT
+                )
+            jobs[host.hostname] = (host, process, log)
+        finished = wait_all(jobs, time.monotonic(), timeout=400)
+        assert all(end.returncode == 0 for end in finished.values()), outputs(finished)
+        text = "".join(end.output for end in finished.values())
+        world, total = ("4", "6") if shape == "pet" else ("2", "1")
+        states = re.findall(rf"STATE rank=(\d) num={world} type=MULTI_CPU .* sum={total}", text)
+        assert len(states) == int(world), text[-4000:]
