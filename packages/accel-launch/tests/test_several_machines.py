@@ -106,3 +106,11 @@ def test_a_machine_that_cannot_reach_machine_0_names_the_address_and_the_wait():
         match=rf"could not reach the rendezvous of machine 0 at 127.0.0.1:{port} within 2 s",
     ):
         board.open()
+
+
+def test_a_store_error_after_every_machine_arrived_reads_as_the_main_machine_lost():
+    board = MachineBoard(two_machines("--machine_rank", "1"))
+    board.everyone_arrived = True  # what the watcher records once every arrival is posted
+    text = board.describe_missing(RuntimeError("Connection reset by peer"))
+    assert text.startswith("accel launch: lost the rendezvous store at 127.0.0.1:29500 after")
+    assert "machine 0's launcher ended or its link is down" in text

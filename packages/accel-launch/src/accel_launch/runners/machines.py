@@ -76,6 +76,7 @@ class MachineBoard:
         self.server: Any = None
         self.client: Any = None
         self.peer_failure: str | None = None
+        self.everyone_arrived = False  # seen by the watcher: a later store error is a loss
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -143,7 +144,17 @@ class MachineBoard:
         return found
 
     def describe_missing(self, error: BaseException) -> str:
-        """Why the rendezvous failed: which machines arrived and which never did."""
+        """Why the rendezvous failed: which machines arrived and which never did.
+
+        Once every machine had arrived, a store error means the store's machine was lost.
+        """
+        backend_says = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        if self.everyone_arrived:
+            return (
+                f"accel launch: lost the rendezvous store at {self.host}:{self.port} after every "
+                f"machine had arrived: machine 0's launcher ended or its link is down. Its own "
+                f"output says which. [{type(error).__name__}: {backend_says}]"
+            )
         arrived = self.arrivals()
         joined = ", ".join(f"machine {index}: {text}" for index, text in sorted(arrived.items()))
         if self.plan.rdzv_backend == "static":
@@ -159,7 +170,7 @@ class MachineBoard:
             f"{self.plan.num_machines} --main_process_ip {self.host} --main_process_port "
             f"{self.port}, and check that they reach {self.host} on TCP port {self.port} "
             f"(README: ports and firewalls). The wait is {arrival_option(self.plan)}. "
-            f"[{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}]"
+            f"[{type(error).__name__}: {backend_says}]"
         )
 
     def post_failure(self, summary: str) -> None:
@@ -181,6 +192,8 @@ class MachineBoard:
     def _watch(self) -> None:
         key = self.key(_FAILED)
         while not self._stop.wait(WATCH_INTERVAL):
+            if not self.everyone_arrived:
+                self.everyone_arrived = len(self.arrivals()) >= self.plan.num_machines
             try:
                 if not self.client.check([key]):
                     continue
