@@ -283,8 +283,30 @@ class TestHosts:
         """Bring ``host``'s link back up."""
         _run(["ip", "-n", self.switch, "link", "set", host.switch_port, "up"])
 
+    def processes(self, host: TestHost) -> list[int]:
+        """The PIDs of every process inside ``host``'s network namespace (the holder included)."""
+        try:
+            inode = os.stat(f"/run/netns/{host.namespace}").st_ino
+        except OSError:
+            return []
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
+                        found.append(int(entry))
+        return found
+
     def stop(self) -> None:
-        """Stop the holders and delete every namespace made (by PID and name); never raises."""
+        """Stop every process left in the hosts and delete every namespace made; never raises.
+
+        Processes are found by the network namespace they are in and killed by PID: a job on a
+        host whose link was cut (or whose scheduler daemon was stopped) may still be waiting.
+        """
+        for host in self.hosts:
+            for pid in self.processes(host):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         for process in self._holders:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
