@@ -13,7 +13,12 @@ from accel_launch.errors import JobFailedError
 from accel_launch.launch_args import build_launch_parser
 from accel_launch.plan import build_plan
 from accel_launch.runners.elastic import _launch_config
-from accel_launch.runners.machines import MachineBoard, arrival_option, arrival_timeout
+from accel_launch.runners.machines import (
+    MachineBoard,
+    _serves_store,
+    arrival_option,
+    arrival_timeout,
+)
 from accel_state.network import CHOSEN_VARIABLES
 
 SCRIPT = str(SCRIPTS / "plain_worker.py")
@@ -54,8 +59,13 @@ def test_the_users_interface_wins_and_its_address_is_published():
 def test_c10d_on_several_machines_never_hosts_by_hostname(tmp_path):
     plan = two_machines("--rdzv_backend", "c10d")
     assert _launch_config(plan, str(tmp_path)).rdzv_configs["is_host"] is False
+    # The user's is_host picks the launcher whose board serves the store; torch connects.
     mine = two_machines("--rdzv_backend", "c10d", "--rdzv_conf", "is_host=1")
-    assert _launch_config(mine, str(tmp_path)).rdzv_configs["is_host"] == 1  # the user's
+    assert _launch_config(mine, str(tmp_path)).rdzv_configs["is_host"] is False
+    assert _serves_store(mine, "127.0.0.1")
+    assert not _serves_store(
+        two_machines("--rdzv_backend", "c10d", "--rdzv_conf", "is_host=0"), "127.0.0.1"
+    )
 
 
 def test_the_arrival_wait_is_the_rendezvous_timeout_with_torchs_default():

@@ -108,10 +108,13 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
     rdzv_configs: dict[str, Any] = dict(plan.rdzv_conf)
     if plan.rdzv_backend == "static":
         rdzv_configs["rank"] = plan.machine_rank
-    if plan.rdzv_backend == "c10d" and "is_host" not in rdzv_configs:
-        # torch decides by resolving the hostname, which fails where it resolves nowhere. One
-        # machine hosts its own store; on several, the main machine's MachineBoard serves it.
-        rdzv_configs["is_host"] = plan.num_machines == 1
+    if plan.rdzv_backend == "c10d" and plan.num_machines > 1:
+        # The MachineBoard of the main machine (or of the launcher given is_host=1) serves the
+        # store before the agent starts; every agent connects to it.
+        rdzv_configs["is_host"] = False
+    elif plan.rdzv_backend == "c10d" and "is_host" not in rdzv_configs:
+        # torch decides by resolving the hostname, which fails where it resolves nowhere.
+        rdzv_configs["is_host"] = True
     return LaunchConfig(
         min_nodes=plan.min_nodes,
         max_nodes=plan.num_machines,

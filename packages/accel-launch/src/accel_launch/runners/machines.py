@@ -56,9 +56,13 @@ def arrival_option(plan: LaunchPlan) -> str:
 
 
 def _serves_store(plan: LaunchPlan, host: str) -> bool:
+    """Static: machine 0. c10d: the launcher the user marked ``is_host``, else by address."""
     if plan.rdzv_backend == "static":
         return plan.machine_rank == 0
-    return "is_host" not in plan.rdzv_conf and is_this_machine(host)
+    given = plan.rdzv_conf.get("is_host")
+    if given is not None:
+        return str(given).strip().lower() in ("1", "true", "yes", "y", "on")
+    return is_this_machine(host)
 
 
 class MachineBoard:
