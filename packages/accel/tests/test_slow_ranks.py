@@ -41,3 +41,11 @@ def test_a_bad_setting_is_an_error_naming_the_variable_and_value(monkeypatch):
 
 def test_one_process_has_nothing_to_compare():
     assert SlowRankMonitor(PartialState()).enabled is False
+
+
+def test_uneven_inputs_under_join_neither_count_nor_exchange():
+    env = {"ACCEL_SLOW_RANK_INTERVAL": "2"}
+    results = spawn_workers(
+        workers.slow_rank_report_around_uneven_inputs, 2, env=env, timeout=180, reuse=False
+    )
+    assert results == [4, 4]  # only the passes outside the Join block were counted

@@ -146,3 +146,25 @@ def slow_rank_reports(slow_rank: int, slow_seconds: float, steps: int) -> list[s
         if monitor.slow_ranks is not None and monitor.slow_ranks.last_report not in reports:
             reports.append(monitor.slow_ranks.last_report)
     return [report for report in reports if report]
+
+
+def slow_rank_report_around_uneven_inputs() -> int:
+    """Rank 0 runs 5 backward passes inside Join, rank 1 runs 2; then both run 4 more."""
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(
+        make_model(), torch.optim.SGD(make_model().parameters(), lr=0.1)
+    )
+
+    def step() -> None:
+        accelerator.backward(model(torch.ones(2, FEATURES)).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+
+    with accelerator.join_uneven_inputs([model], even_batches=False):
+        for _ in range(5 if accelerator.process_index == 0 else 2):
+            step()
+    for _ in range(4):  # the report's exchanges (every 2 passes) still pair up
+        step()
+    monitor = accelerator.fault_tolerance.slow_ranks
+    assert monitor is not None
+    return monitor._calls

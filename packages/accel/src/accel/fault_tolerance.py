@@ -67,6 +67,7 @@ class FaultTolerance:
         self._previous: Any = None
         self._backward_calls = 0
         self.slow_ranks: SlowRankMonitor | None = None  # made at the first backward (group up)
+        self._slow_ranks_paused = 0
 
     @property
     def restart_count(self) -> int:
@@ -151,9 +152,27 @@ class FaultTolerance:
         if self._backward_calls == 2 and self.state.timeout > self.state.collective_timeout:
             with record("wait_for_everyone (lowering the timeouts after the first step)"):
                 self.state.lower_timeouts()
-        if self.slow_ranks is None:
+        timed = not self._slow_ranks_paused
+        if timed and self.slow_ranks is None:
             self.slow_ranks = SlowRankMonitor(self.state)
-        self.slow_ranks.before_backward()
+        if timed and self.slow_ranks is not None:
+            self.slow_ranks.before_backward()
         with record("backward", loss):
             yield
-        self.slow_ranks.after_backward()
+        if timed and self.slow_ranks is not None:
+            self.slow_ranks.after_backward()
+
+    @contextlib.contextmanager
+    def slow_ranks_paused(self) -> Iterator[None]:
+        """Neither time nor count backward passes inside the block (uneven inputs under Join).
+
+        Processes out of batches stop calling backward there, so their counts would drift
+        apart and the report's exchange would meet another rank's gradient all-reduce.
+        """
+        self._slow_ranks_paused += 1
+        try:
+            yield
+        finally:
+            self._slow_ranks_paused -= 1
+            if self.slow_ranks is not None:
+                self.slow_ranks.restart_gap()

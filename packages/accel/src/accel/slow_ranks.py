@@ -97,6 +97,10 @@ class SlowRankMonitor:
         if self._calls % self.interval == 0:
             self._exchange()
 
+    def restart_gap(self) -> None:
+        """Forget when the last backward ended (after a pause, the gap is not the rank's work)."""
+        self._last_end = None
+
     def after_backward(self) -> None:
         """At the end of every backward pass."""
         if self.enabled:

@@ -135,9 +135,18 @@ class TrainingStepMixin(JobFactsMixin):
                 ``ZeroRedundancyOptimizer``) used inside the block.
             even_batches: Override the prepared dataloaders' ``even_batches`` inside the block.
         """
-        return join_uneven_inputs(
-            self.distributed_type, self._dataloaders, joinables, even_batches, self.even_batches
-        )
+        return self._joined(joinables, even_batches)
+
+    @contextlib.contextmanager
+    def _joined(self, joinables: Sequence[Any], even_batches: bool | None) -> Iterator[None]:
+        """Join, with the slow-rank report paused (processes leave the loop at different steps)."""
+        with (
+            self.fault_tolerance.slow_ranks_paused(),
+            join_uneven_inputs(
+                self.distributed_type, self._dataloaders, joinables, even_batches, self.even_batches
+            ),
+        ):
+            yield
 
     def trigger_sync_in_backward(
         self, model: torch.nn.Module
