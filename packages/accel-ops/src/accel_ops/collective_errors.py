@@ -12,6 +12,7 @@ errors (out of memory, a bad argument) pass through unchanged.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # records calls explain(); the records themselves come in as 
 
 #: How long a rank that timed out waits for the others to post where they are.
 PEER_WAIT_SECONDS = 5.0
+#: How long a store read may block past its wait before the report goes on without it.
+STORE_GRACE_SECONDS = 2.0
 _TIMEOUT = re.compile(
     r"[Tt]imed out|[Tt]imeout|Watchdog caught collective operation timeout|DEADLINE_EXCEEDED"
 )
@@ -145,7 +148,9 @@ def _silent_hosts(silent: list[int], world_size: int) -> str:
     from accel_state.process_group import job_store
 
     store = job_store()
-    hosts = posted_hosts(store, range(world_size)) if store is not None else {}
+    hosts: dict[int, str] = {}
+    if store is not None:
+        within(STORE_GRACE_SECONDS, lambda: hosts.update(posted_hosts(store, range(world_size))))
     answered_hosts = {hosts[rank] for rank in hosts if rank not in silent}
     whole = sorted({hosts[rank] for rank in silent if rank in hosts} - answered_hosts)
     lost = (
@@ -229,13 +234,21 @@ def exchange_positions(
     positions = {rank: line}
     if world_size <= 1:
         return positions
+    deadline = time.monotonic() + wait
+    within(wait + STORE_GRACE_SECONDS, _exchange, positions, rank, world_size, line, deadline)
+    return dict(positions)
+
+
+def _exchange(
+    positions: dict[int, str], rank: int, world_size: int, line: str, deadline: float
+) -> None:
+    """Post ``line``, then fill ``positions`` with the others' as they come, until ``deadline``."""
     try:
         from torch.distributed import distributed_c10d as c10d
 
         store: Any = c10d._get_default_store()
         attempt = _attempt()
         store.set(_KEY.format(attempt=attempt, rank=rank), line)
-        deadline = time.monotonic() + wait
         while len(positions) < world_size:
             for other in range(world_size):
                 key = _KEY.format(attempt=attempt, rank=other)
@@ -247,7 +260,18 @@ def exchange_positions(
         _wait_until_read(store, attempt, len(positions), deadline)
     except Exception:  # noqa: BLE001 - the store may be gone with a dead peer; report what we have
         pass
-    return positions
+
+
+def within(seconds: float, function: Callable[..., Any], *args: Any) -> bool:
+    """Run ``function(*args)`` in a daemon thread for at most ``seconds``; whether it finished.
+
+    A store operation on a machine whose link is cut blocks until TCP gives up (many minutes),
+    whatever the store's timeout: the report is made from what the function gathered so far.
+    """
+    worker = threading.Thread(target=function, args=args, name="accel-store-read", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
 
 
 def _wait_until_read(store: Any, attempt: int, posted: int, deadline: float) -> None:

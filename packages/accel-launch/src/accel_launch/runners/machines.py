@@ -38,6 +38,8 @@ from accel_state.network import is_this_machine
 DEFAULT_ARRIVAL_TIMEOUT = 600
 #: How often the watcher looks for another machine's failure, in seconds.
 WATCH_INTERVAL = 1.0
+#: How long posting this machine's failure may take before the launcher exits without it.
+POST_TIMEOUT = 5.0
 _ARRIVED = "accel/launch/{run_id}/machine/{index}"
 _ARRIVALS = "accel/launch/{run_id}/arrivals"
 _FAILED = "accel/launch/{run_id}/failed"
@@ -183,8 +185,16 @@ class MachineBoard:
             return
         first = summary.strip().splitlines()[:2]
         text = f"{self.this_machine}: {' '.join(first)}"
-        with contextlib.suppress(Exception):
-            self.client.set(self.key(_FAILED), text)
+        client = self.client
+
+        def post() -> None:
+            with contextlib.suppress(Exception):
+                client.set(self.key(_FAILED), text)
+
+        # A store write from a machine whose link is cut blocks until TCP gives up (minutes).
+        writer = threading.Thread(target=post, name="accel-post-failure", daemon=True)
+        writer.start()
+        writer.join(POST_TIMEOUT)
 
     def watch(self) -> None:
         """Start the watcher: another machine's failure stops this launcher (SIGTERM to itself)."""
