@@ -225,8 +225,11 @@ def test_a_node_lost_mid_job_is_named_by_slurm_and_by_accel(two_nodes, tmp_path)
     project = tmp_path / "project"
     args = ("--step_delay", "0.3", "--project_dir", str(project))
     header, step = SHAPES["accel_launch"]
-    # No requeue: SLURM requeues a batch job whose node failed (JobRequeue=1).
-    lost_step = step.replace("--cpu", "--cpu --collective_timeout 60")
+    # No requeue: SLURM requeues a batch job whose node failed (JobRequeue=1). The collective
+    # timeout is well under the time SLURM takes to mark the node down (SlurmdTimeout=30 plus
+    # its ping interval, 60-75 s here): when SLURM is first, it cancels the step and kills the
+    # ranks before they can report.
+    lost_step = step.replace("--cpu", "--cpu --collective_timeout 20")
     SHAPES["lost"] = (f"{header}\n#SBATCH --no-requeue", lost_step)
     try:
         job_id = two_nodes.submit(tmp_path, "lost", *args)
