@@ -30,7 +30,12 @@ import nox
 import tomllib
 from nox.sessions import _SessionSkip as SessionSkipped  # what session.skip() raises
 
-NOXFILE_LOADED_AT = time.monotonic()
+# When this nox run started (seconds since the epoch). Under --parallel each session runs in a nox
+# process of its own, started by this one: they inherit the variable, so every record of the run
+# and ci_times's wall time count from the same start.
+RUN_STARTED_VARIABLE = "ACCEL_CI_RUN_STARTED"
+os.environ.setdefault(RUN_STARTED_VARIABLE, repr(time.time()))
+RUN_STARTED = float(os.environ[RUN_STARTED_VARIABLE])
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES_DIR = ROOT / "packages"
@@ -103,11 +108,11 @@ def load_script_module(name: str) -> ModuleType:
     return module
 
 
-# What each session of this nox run took, in the order they ran: the timed decorator records, the
-# last session (ci_times) reports. nox runs the sessions of one invocation in this one process.
+# What each session of this nox run took: the timed decorator saves a record file per session
+# (sessions under --parallel run in nox processes of their own), the last session (ci_times)
+# reads those of this run and reports.
 session_times = load_script_module("session_times")
-SESSION_TIMES: dict[str, Any] = {}  # session name -> session_times.SessionTime
-SESSION_ENDS = [NOXFILE_LOADED_AT]  # monotonic end of each timed session, for the setup gaps
+SESSION_RECORDS = ROOT / ".nox" / "ci-times"
 JUNIT_DIR = ROOT / ".nox" / "ci-junit"
 CI_TIMES_JSON = ROOT / ".nox" / "ci-times.json"
 
@@ -132,7 +137,7 @@ def timed(session_function: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(session_function)
     def run_timed(session: nox.Session, **params: Any) -> None:
-        started = time.monotonic()
+        started = time.time()
         junit = junit_path(session)
         junit.unlink(missing_ok=True)  # counts only from this run's pytest
         result = session_times.FAILED
@@ -143,15 +148,16 @@ def timed(session_function: Callable[..., None]) -> Callable[..., None]:
             result = session_times.SKIPPED
             raise
         finally:
-            ended = time.monotonic()
-            SESSION_TIMES[session.name] = session_times.SessionTime(
+            earlier = session_times.load_records(SESSION_RECORDS, RUN_STARTED)
+            entry = session_times.SessionTime(
                 name=session.name,
                 result=result,
-                seconds=ended - started,
-                setup_seconds=started - SESSION_ENDS[-1],
+                seconds=time.time() - started,
+                setup_seconds=session_times.setup_gap(earlier, started, RUN_STARTED),
                 tests=session_times.read_junit_counts(junit),
+                started=started,
             )
-            SESSION_ENDS.append(ended)
+            session_times.save_record(SESSION_RECORDS, entry)
 
     return run_timed
 
@@ -822,74 +828,33 @@ def slurm(session: nox.Session) -> None:
 
 
 RAY_REQUIREMENT = "ray[train]==2.60.0"
-# Ray alone on loopback: no sign-in, no usage report, no dashboard.
-RAY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
-}
-
-
-def loopback_namespace(session: nox.Session) -> str | None:
-    """Create a network namespace holding only ``lo`` (up); None where namespaces are refused."""
-    name = f"accel-ray-{os.getpid()}"
-    if shutil.which("ip") is None:
-        return None
-    created = subprocess.run(
-        ["ip", "netns", "add", name], capture_output=True, text=True, timeout=30, check=False
-    )
-    if created.returncode != 0:
-        session.log(f"ray: ip netns add {name} failed: {created.stderr.strip()}")
-        return None
-    subprocess.run(
-        ["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], timeout=30, check=True
-    )
-    return name
-
-
-def delete_namespace(name: str) -> None:
-    """Delete a namespace made by :func:`loopback_namespace` (nothing if already gone)."""
-    subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30, check=False)
+MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
+RAY_TESTS = MULTIHOST_TESTS / "test_ray_two_hosts.py"
 
 
 @nox.session(tags=["ci"])
 @timed
 def ray(session: nox.Session) -> None:
-    """Ray Train's TorchTrainer (2 CPU workers) runs the everyday loop like accel launch does.
+    """A two-node Ray cluster on two test hosts runs the everyday loop like accel launch does.
 
-    Ray runs inside a network namespace holding only ``lo``, deleted at the end.
+    ``ray start --head`` in one host, ``ray start --address`` in the other, Ray Train's
+    ``TorchTrainer`` with one worker per host; ``accel launch`` over the same hosts gives the same
+    weights and resumes from Ray's checkpoint. Needs root (network namespaces); the test skips
+    with the reason elsewhere.
     """
     if platform.system() != "Linux":
-        session.skip(f"ray: the network namespace needs Linux, not {platform.platform()}")
+        session.skip(f"ray: test hosts need Linux network namespaces, not {platform.platform()}")
     install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
-    namespace = loopback_namespace(session)
-    if namespace is None:
-        session.skip("ray: network namespaces are unavailable here (ip netns add needs root)")
-    atexit.register(delete_namespace, namespace)
-    python = str(Path(session.virtualenv.bin) / "python")
-    try:
-        session.run(
-            "ip",
-            "netns",
-            "exec",
-            namespace,
-            "env",
-            *(f"{key}={value}" for key, value in {**cpu_env(session), **RAY_ENV}.items()),
-            python,
-            "-m",
-            "pytest",
-            str(CLUSTER_TESTS / "test_ray.py"),
-            "-p",
-            "no:cacheprovider",
-            *junit_args(session),
-            *session.posargs,
-            external=True,
-        )
-    finally:
-        delete_namespace(namespace)
-
-
-MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
+    session.run(
+        "pytest",
+        str(RAY_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
 
 
 @nox.session(tags=["ci"])
@@ -908,6 +873,7 @@ def multihost(session: nox.Session) -> None:
     session.run(
         "pytest",
         str(MULTIHOST_TESTS),
+        f"--ignore={RAY_TESTS}",  # `nox -s ray` runs it, with Ray installed
         "-p",
         "no:cacheprovider",
         "-rs",
@@ -922,15 +888,15 @@ def multihost(session: nox.Session) -> None:
 def ci_times(session: nox.Session) -> None:
     """Print each earlier session's wall time, result and test counts; write .nox/ci-times.json.
 
-    Reports what the sessions before it in the same nox run recorded; never fails.
+    Reports what the sessions before it in the same nox run recorded (those run by
+    ``--parallel`` too); never fails.
     """
-    wall_seconds = time.monotonic() - NOXFILE_LOADED_AT
-    times = list(SESSION_TIMES.values())
+    wall_seconds = time.time() - RUN_STARTED
+    times = session_times.load_records(SESSION_RECORDS, RUN_STARTED)
     if not times:
         session.log(
-            "ci_times: no session recorded its time before this one in this nox process (run it"
-            " after others: nox -t ci, or nox -s lint ci_times; under --parallel every session"
-            " runs in a process of its own)"
+            "ci_times: no session of this nox run recorded its time before this one (run it"
+            " after others: nox -t ci, or nox -s lint ci_times)"
         )
         return
     try:

@@ -1,7 +1,9 @@
 """Each nox session's wall time, outcome and pytest counts, as the table ``nox -t ci`` ends with.
 
-The noxfile's ``timed`` decorator records a :class:`SessionTime` per session it ran; its last
-session, ``ci_times``, prints :func:`format_table` and writes :func:`report` as JSON. Standard
+The noxfile's ``timed`` decorator saves a :class:`SessionTime` per session it ran as a record file
+(:func:`save_record`), so that sessions run by ``nox --parallel`` (each in a nox process of its
+own) are counted too; the last session, ``ci_times``, reads this run's records
+(:func:`load_records`), prints :func:`format_table` and writes :func:`report` as JSON. Standard
 library only: the noxfile imports it into nox's own interpreter.
 """
 
@@ -42,9 +44,10 @@ class SessionTime:
         name: The session's name, parameters included (``tests(package='accel', backend='cpu')``).
         result: ``success``, ``failed`` or ``skipped``.
         seconds: Wall time of the session function (after nox created or reused its venv).
-        setup_seconds: Wall time between the previous session's end (or the noxfile's loading)
-            and this session's start: mostly creating or checking its venv.
+        setup_seconds: Wall time between the newest end of a session before it (or the run's
+            start) and this session's start: mostly creating or checking its venv.
         tests: What its pytest run reported, or ``None`` where it ran none or wrote no report.
+        started: When the session function started (seconds since the epoch; 0 if unknown).
     """
 
     name: str
@@ -52,11 +55,56 @@ class SessionTime:
     seconds: float
     setup_seconds: float
     tests: PytestCounts | None = None
+    started: float = 0.0
+
+    @property
+    def ended(self) -> float:
+        """When the session function ended (seconds since the epoch)."""
+        return self.started + self.seconds
 
 
 def junit_file_name(session_name: str) -> str:
     """A file name for a session's junit XML: ``tests(package='accel')`` -> ``tests-package-accel.xml``."""
     return re.sub(r"[^A-Za-z0-9._]+", "-", session_name).strip("-") + ".xml"
+
+
+def save_record(folder: Path, entry: SessionTime) -> Path:
+    """Write ``entry`` to ``folder/<session>.json`` (replacing an older record of that session)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (junit_file_name(entry.name).removesuffix(".xml") + ".json")
+    staged = path.with_suffix(".json.tmp")
+    staged.write_text(json.dumps(dataclasses.asdict(entry)))
+    staged.replace(path)
+    return path
+
+
+def load_records(folder: Path, since: float) -> list[SessionTime]:
+    """The records in ``folder`` of sessions started at or after ``since``, in starting order.
+
+    Unreadable files are passed over (a session killed while writing leaves at worst a
+    ``.tmp`` file, which is not read).
+    """
+    entries = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            fields = json.loads(path.read_text())
+            tests = fields.pop("tests")
+            entry = SessionTime(**fields, tests=None if tests is None else PytestCounts(**tests))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        if entry.started >= since:
+            entries.append(entry)
+    return sorted(entries, key=lambda entry: entry.started)
+
+
+def setup_gap(previous: Sequence[SessionTime], started: float, run_started: float) -> float:
+    """The setup time of a session starting at ``started``.
+
+    That is the time since the newest end of a session in ``previous`` before it, or since
+    ``run_started`` where none ended before it.
+    """
+    ends = [entry.ended for entry in previous if entry.ended <= started]
+    return max(0.0, started - max([run_started, *ends]))
 
 
 def read_junit_counts(path: Path) -> PytestCounts | None:
@@ -82,7 +130,7 @@ def format_table(times: Sequence[SessionTime], wall_seconds: float) -> str:
 
     Args:
         times: The sessions, in the order they ran.
-        wall_seconds: Wall time since the noxfile was loaded.
+        wall_seconds: Wall time since the nox run started (under --parallel, less than the sessions' sum).
 
     Returns:
         The table's lines, joined by newlines (no trailing newline).
@@ -120,7 +168,7 @@ def format_table(times: Sequence[SessionTime], wall_seconds: float) -> str:
         rule,
         f"{total_label:<{name_width}}  {'':<7}  {setup_total:>8.1f}  {session_total:>9.1f}  "
         f"{total_tests}".rstrip(),
-        f"wall time since the noxfile was loaded: {wall_seconds:.1f} s",
+        f"wall time since the nox run started: {wall_seconds:.1f} s",
     ]
     return "\n".join(lines)
 

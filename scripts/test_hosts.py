@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -296,6 +297,23 @@ class TestHosts:
                     if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
                         found.append(int(entry))
         return found
+
+    def terminate(self, host: TestHost, grace: float = 15.0) -> None:
+        """End every process running in ``host`` but its namespace holder, by PID.
+
+        SIGTERM first, SIGKILL whatever is left after ``grace`` seconds: daemons started in a
+        host (Ray's, say) stop as on their own machine, and nothing outside the host is touched.
+        """
+        pids = [pid for pid in self.processes(host) if pid != host.holder_pid]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            time.sleep(0.2)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop every process left in the hosts and delete every namespace made; never raises.

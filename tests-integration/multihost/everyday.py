@@ -2,9 +2,15 @@
 
 Trains a tiny classifier for ``--epochs`` epochs, evaluates after each with
 ``gather_for_metrics``, saves the state into ``OUT/state`` after each epoch and, when started
-again, resumes from it (a fresh launch). ``--stop_after_epoch N`` ends the run after epoch N's
-save, as a job stopped between two launches. At the end rank 0 writes ``OUT/metrics.json`` and the
-final weights to ``OUT/final``.
+again, resumes from it (a fresh launch), or from ``--resume_from FOLDER`` when ``OUT/state`` is
+not there yet. ``--stop_after_epoch N`` ends the run after epoch N's save, as a job stopped
+between two launches. At the end rank 0 writes ``OUT/metrics.json`` and the final weights to
+``OUT/final``; every rank writes where it ran
+(hostname, device, world) to ``OUT/rank-<rank>.json``.
+
+Ray Train calls :func:`train_func` with the same options as a dict (``{"out": ..., "ray":
+True}``): after each epoch's save, rank 0 reports the state folder as the epoch's Ray checkpoint
+and every rank reports the epoch's metrics.
 
 Test hooks: ``--fail_on_host NAME`` raises before the Accelerator exists on that host (a machine
 that fails before the process group forms); ``--step_delay S`` sleeps after each step, so that a
@@ -17,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -49,17 +57,47 @@ class Progress:
         self.epochs_done = int(state["epochs_done"])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=128)
-    parser.add_argument("--stop_after_epoch", type=int, default=0)
-    parser.add_argument("--fail_on_host", default="")
-    parser.add_argument("--step_delay", type=float, default=0.0)
-    parser.add_argument("--slow_host", default="")
-    parser.add_argument("--slow_seconds", type=float, default=0.0)
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    """The script's options (Ray's ``train_loop_config`` takes the same, by ``dest``)."""
+    options = argparse.ArgumentParser()
+    options.add_argument("out", type=Path)
+    options.add_argument("--epochs", type=int, default=2)
+    options.add_argument("--samples", type=int, default=128)
+    options.add_argument("--stop_after_epoch", type=int, default=0)
+    options.add_argument("--fail_on_host", default="")
+    options.add_argument("--step_delay", type=float, default=0.0)
+    options.add_argument("--slow_host", default="")
+    options.add_argument("--slow_seconds", type=float, default=0.0)
+    options.add_argument("--resume_from", type=Path, default=None)
+    options.add_argument("--ray", action="store_true", help="run under Ray Train (report)")
+    return options
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Ray Train's entry: ``config`` holds the options by name (``out`` is required)."""
+    defaults = parser().parse_args([str(config["out"])])
+    options = {**vars(defaults), **config, "out": Path(config["out"])}
+    if options["resume_from"] is not None:
+        options["resume_from"] = Path(options["resume_from"])
+    train(argparse.Namespace(**options))
+
+
+def report(accelerator: Accelerator, state: Path, metrics: dict[str, Any]) -> None:
+    """Report an epoch to Ray Train: metrics from every rank, the checkpoint from rank 0.
+
+    The state folder is on storage every node sees; rank 0 hands Ray the whole folder, which
+    Ray copies into the run's storage as this epoch's checkpoint.
+    """
+    import ray.train
+
+    checkpoint = None
+    if accelerator.is_main_process:
+        checkpoint = ray.train.Checkpoint.from_directory(str(state))
+    ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train, evaluate and save as the module docstring says."""
     if args.fail_on_host and socket.gethostname() == args.fail_on_host:
         raise RuntimeError(f"{args.fail_on_host} fails before the process group forms")
     slow = args.slow_seconds if socket.gethostname() == args.slow_host else 0.0
@@ -68,20 +106,33 @@ def main() -> None:
     set_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    train = DataLoader(data(args.samples, 1), batch_size=4, shuffle=True)
+    training = DataLoader(data(args.samples, 1), batch_size=4, shuffle=True)
     evaluation = DataLoader(data(37, 2), batch_size=4)  # 37: the last batch is uneven
-    model, optimizer, train, evaluation = accelerator.prepare(model, optimizer, train, evaluation)
+    model, optimizer, training, evaluation = accelerator.prepare(
+        model, optimizer, training, evaluation
+    )
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
     state = args.out / "state"
     if state.exists():
         accelerator.load_state(str(state))
+    elif args.resume_from is not None:
+        accelerator.load_state(str(args.resume_from))
+    where = {
+        "hostname": socket.gethostname(),
+        "process_index": accelerator.process_index,
+        "num_processes": accelerator.num_processes,
+        "distributed_type": accelerator.distributed_type.value,
+        "device": str(accelerator.device),
+        "ACCELERATE_TORCH_DEVICE": os.environ.get("ACCELERATE_TORCH_DEVICE"),
+    }
+    (args.out / f"rank-{accelerator.process_index}.json").write_text(json.dumps(where))
     history = []
     steps_file = args.out / f"steps-{accelerator.process_index}"
     for epoch in range(progress.epochs_done, args.epochs):
         model.train()
-        train.set_epoch(epoch)
-        for inputs, targets in train:
+        training.set_epoch(epoch)
+        for inputs, targets in training:
             loss = torch.nn.functional.cross_entropy(model(inputs), targets)
             accelerator.backward(loss)
             optimizer.step()
@@ -101,6 +152,8 @@ def main() -> None:
         history.append({"epoch": epoch, "accuracy": correct / seen, "evaluated": seen})
         progress.epochs_done = epoch + 1
         accelerator.save_state(str(state))
+        if args.ray:
+            report(accelerator, state, history[-1])
         if args.stop_after_epoch and progress.epochs_done == args.stop_after_epoch:
             break
     if accelerator.is_main_process:
@@ -113,4 +166,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    train(parser().parse_args())

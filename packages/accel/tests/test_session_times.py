@@ -72,7 +72,7 @@ tests(package='accel', backend='cuda')  skipped       0.2        0.0
 integration                             success       1.0       60.2  5/0/0 +1 errors
 {rule}
 total (4 sessions)                                    3.7      372.6  15/1/2 +1 errors
-wall time since the noxfile was loaded: 400.0 s"""
+wall time since the nox run started: 400.0 s"""
     assert session_times.format_table(times, wall_seconds=400.04) == expected
 
 
@@ -82,7 +82,40 @@ def test_report_is_written_as_json(session_times, tmp_path: Path) -> None:
     session_times.write_report(path, times, wall_seconds=2.0)
     data = json.loads(path.read_text())
     assert data["sessions"] == [
-        {"name": "lint", "result": "success", "seconds": 1.5, "setup_seconds": 0.25, "tests": None}
+        {
+            "name": "lint",
+            "result": "success",
+            "seconds": 1.5,
+            "setup_seconds": 0.25,
+            "tests": None,
+            "started": 0.0,
+        }
     ]
     assert data["total_session_seconds"] == 1.5
     assert data["wall_seconds"] == 2.0
+
+
+def test_records_of_this_run_are_read_back_in_starting_order(session_times, tmp_path: Path) -> None:
+    # Sessions under `nox --parallel` run in processes of their own: each saves a record file.
+    time, counts = session_times.SessionTime, session_times.PytestCounts
+    folder = tmp_path / "ci-times"
+    older = time("lint", "success", 3.0, 0.1, started=50.0)  # an earlier run's record
+    second = time("multihost", "success", 400.0, 2.0, counts(14, 0, 0, 0), started=130.0)
+    first = time("tests(package='accel', backend='cpu')", "failed", 30.0, 1.0, started=101.0)
+    for entry in (older, second, first):
+        session_times.save_record(folder, entry)
+    (folder / "broken.json").write_text("{")
+    assert session_times.load_records(folder, since=100.0) == [first, second]
+    assert session_times.load_records(tmp_path / "absent", since=0.0) == []
+    assert second.ended == 530.0
+
+
+def test_setup_gap_counts_from_the_newest_end_before_the_start(session_times) -> None:
+    time = session_times.SessionTime
+    earlier = [
+        time("a", "success", 10.0, 0.0, started=100.0),
+        time("b", "success", 50.0, 0.0, started=105.0),
+    ]
+    assert session_times.setup_gap(earlier, 112.0, run_started=90.0) == 2.0  # a ended at 110
+    assert session_times.setup_gap(earlier, 100.0, run_started=90.0) == 10.0  # nothing ended yet
+    assert session_times.setup_gap(earlier, 160.0, run_started=90.0) == 5.0  # b ended at 155
