@@ -2,8 +2,12 @@
 
 Each ``tests(package, backend)`` session installs one package from its folder into a fresh venv
 together with only the sibling packages its pyproject declares, so a missing dependency declaration
-fails there. ``nox -t ci`` is what CI runs; its last session, ``ci_times``, prints how long each
-session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
+fails there. ``nox -t ci --parallel 2`` is what CI runs; its last session, ``ci_times``, prints
+how long each session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
+
+Under ``--parallel``, sessions marked ``allow_parallel=True`` (those that mostly wait: test hosts,
+clusters, fresh installs, lint) run two at a time, and ``multihost`` is defined before the
+CPU-bound ``torch_versions`` legs so that the two overlap; every other session runs alone.
 """
 
 from __future__ import annotations
@@ -326,6 +330,36 @@ def integration(session: nox.Session) -> None:
     )
 
 
+MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
+RAY_TESTS = MULTIHOST_TESTS / "test_ray_two_hosts.py"  # run by the ray session
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def multihost(session: nox.Session) -> None:
+    """Jobs over 2-3 test hosts (network namespaces with their own hostnames; needs root).
+
+    Every host and bridge is made and deleted by the tests (``scripts/test_hosts.py``); where
+    namespaces cannot be made, the tests skip with the reason.
+    """
+    if platform.system() != "Linux":
+        session.skip(
+            f"multihost: test hosts need Linux network namespaces, not {platform.platform()}"
+        )
+    install_packages(session, "cpu", PACKAGES)
+    session.run(
+        "pytest",
+        str(MULTIHOST_TESTS),
+        f"--ignore={RAY_TESTS}",  # `nox -s ray` runs it, with Ray installed
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
 # The torch releases torch_versions tests, each pinned in its constraints file: the newest on
 # PyPI (bump it when a new one ships) and the oldest the packages declare (every pyproject's
 # `torch>=`, checked by the session). Their PyPI Linux wheels are multi-GB CUDA builds: uv keeps
@@ -394,7 +428,7 @@ def merge_junit(parts: list[Path], target: Path) -> None:
     ElementTree.ElementTree(merged).write(target, encoding="utf-8", xml_declaration=True)
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 @nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in TORCH_RELEASES])
 @timed
 def torch_versions(session: nox.Session, release: str) -> None:
@@ -536,6 +570,94 @@ def peer_baseline_python(session: nox.Session) -> str:
     return baseline_python(session, PEER_BASELINE_VENV, requirements)
 
 
+CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
+slurm_cluster = load_script_module("slurm_cluster")
+
+
+def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
+    """Log how many jobs the cluster ran and how many times they were requeued."""
+    shown = subprocess.run(
+        ["scontrol", "show", "jobs", "--oneliner"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
+    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
+    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def slurm(session: nox.Session) -> None:
+    """Real sbatch/srun jobs on a one-node SLURM cluster, and on two nodes (test hosts).
+
+    One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
+    --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
+    (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
+    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
+    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
+    interrupted).
+    """
+    if platform.system() != "Linux":
+        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
+    if slurm_cluster.missing_commands():
+        try:
+            slurm_cluster.install_with_apt()
+        except slurm_cluster.ClusterError as error:
+            session.skip(f"slurm: {error}")
+    install_packages(session, "cpu", PACKAGES)
+    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
+    cluster = slurm_cluster.start(root)
+    atexit.register(slurm_cluster.stop, cluster)
+    try:
+        session.run(
+            "pytest",
+            str(CLUSTER_TESTS / "test_slurm.py"),
+            str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            *junit_args(session),
+            *session.posargs,
+            env={**cpu_env(session), **cluster.env},
+        )
+    finally:
+        slurm_jobs_report(session, cluster.env)
+        slurm_cluster.stop(cluster)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+RAY_REQUIREMENT = "ray[train]==2.60.0"
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def ray(session: nox.Session) -> None:
+    """A two-node Ray cluster on two test hosts runs the everyday loop like accel launch does.
+
+    ``ray start --head`` in one host, ``ray start --address`` in the other, Ray Train's
+    ``TorchTrainer`` with one worker per host; ``accel launch`` over the same hosts gives the same
+    weights and resumes from Ray's checkpoint. Needs root (network namespaces); the test skips
+    with the reason elsewhere.
+    """
+    if platform.system() != "Linux":
+        session.skip(f"ray: test hosts need Linux network namespaces, not {platform.platform()}")
+    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
+    session.run(
+        "pytest",
+        str(RAY_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
 @nox.session(tags=["ci"])
 @timed
 def peer(session: nox.Session) -> None:
@@ -630,7 +752,7 @@ def ecosystem(session: nox.Session) -> None:
     )
 
 
-@nox.session(tags=["ci"], reuse_venv=False)
+@nox.session(tags=["ci"], reuse_venv=False, allow_parallel=True)
 @nox.parametrize("install", list(INSTALLS))
 @timed
 def install(session: nox.Session, install: str) -> None:
@@ -668,7 +790,7 @@ def install(session: nox.Session, install: str) -> None:
 API_COVERAGE_REQUIREMENTS = ["numpy", "packaging"]
 
 
-@nox.session(tags=["ci"])
+@nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def api_coverage(session: nox.Session) -> None:
     """``scripts/api_coverage.py --check`` against Accelerate 1.15.0: no unexplained gap.
@@ -687,7 +809,7 @@ def api_coverage(session: nox.Session) -> None:
     )
 
 
-@nox.session(tags=["ci"])
+@nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def lint(session: nox.Session) -> None:
     """ruff lint and format check over the whole repository; no import cycles between modules."""
@@ -697,7 +819,7 @@ def lint(session: nox.Session) -> None:
     session.run("python", str(ROOT / "scripts" / "import_cycles.py"))
 
 
-@nox.session(tags=["ci"])
+@nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's sources."""
@@ -767,122 +889,6 @@ def demo(session: nox.Session) -> None:
 # Where people scale past one machine: a real one-node SLURM cluster (scripts/slurm_cluster.py,
 # Debian's packages installed with apt-get when absent) and Ray Train. Their tests live in
 # tests-integration/clusters/ and skip, saying why, outside these sessions.
-CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
-slurm_cluster = load_script_module("slurm_cluster")
-
-
-def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
-    """Log how many jobs the cluster ran and how many times they were requeued."""
-    shown = subprocess.run(
-        ["scontrol", "show", "jobs", "--oneliner"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    ).stdout
-    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
-    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
-    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
-
-
-@nox.session(tags=["ci"])
-@timed
-def slurm(session: nox.Session) -> None:
-    """Real sbatch/srun jobs on a one-node SLURM cluster, and on two nodes (test hosts).
-
-    One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
-    --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
-    (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
-    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
-    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
-    interrupted).
-    """
-    if platform.system() != "Linux":
-        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
-    if slurm_cluster.missing_commands():
-        try:
-            slurm_cluster.install_with_apt()
-        except slurm_cluster.ClusterError as error:
-            session.skip(f"slurm: {error}")
-    install_packages(session, "cpu", PACKAGES)
-    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
-    cluster = slurm_cluster.start(root)
-    atexit.register(slurm_cluster.stop, cluster)
-    try:
-        session.run(
-            "pytest",
-            str(CLUSTER_TESTS / "test_slurm.py"),
-            str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
-            "-p",
-            "no:cacheprovider",
-            "-rs",
-            *junit_args(session),
-            *session.posargs,
-            env={**cpu_env(session), **cluster.env},
-        )
-    finally:
-        slurm_jobs_report(session, cluster.env)
-        slurm_cluster.stop(cluster)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-RAY_REQUIREMENT = "ray[train]==2.60.0"
-MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
-RAY_TESTS = MULTIHOST_TESTS / "test_ray_two_hosts.py"
-
-
-@nox.session(tags=["ci"])
-@timed
-def ray(session: nox.Session) -> None:
-    """A two-node Ray cluster on two test hosts runs the everyday loop like accel launch does.
-
-    ``ray start --head`` in one host, ``ray start --address`` in the other, Ray Train's
-    ``TorchTrainer`` with one worker per host; ``accel launch`` over the same hosts gives the same
-    weights and resumes from Ray's checkpoint. Needs root (network namespaces); the test skips
-    with the reason elsewhere.
-    """
-    if platform.system() != "Linux":
-        session.skip(f"ray: test hosts need Linux network namespaces, not {platform.platform()}")
-    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
-    session.run(
-        "pytest",
-        str(RAY_TESTS),
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *junit_args(session),
-        *session.posargs,
-        env=cpu_env(session),
-    )
-
-
-@nox.session(tags=["ci"])
-@timed
-def multihost(session: nox.Session) -> None:
-    """Jobs over 2-3 test hosts (network namespaces with their own hostnames; needs root).
-
-    Every host and bridge is made and deleted by the tests (``scripts/test_hosts.py``); where
-    namespaces cannot be made, the tests skip with the reason.
-    """
-    if platform.system() != "Linux":
-        session.skip(
-            f"multihost: test hosts need Linux network namespaces, not {platform.platform()}"
-        )
-    install_packages(session, "cpu", PACKAGES)
-    session.run(
-        "pytest",
-        str(MULTIHOST_TESTS),
-        f"--ignore={RAY_TESTS}",  # `nox -s ray` runs it, with Ray installed
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *junit_args(session),
-        *session.posargs,
-        env=cpu_env(session),
-    )
-
-
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.
 @nox.session(python=False, tags=["ci"])
 def ci_times(session: nox.Session) -> None:
