@@ -311,6 +311,39 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     )
     _add(distributed, "--rdzv_conf", help="Extra rendezvous settings: key1=value1,key2=value2.")
     _add(distributed, "--max_restarts", type=int, help="Times a failed group may be restarted.")
+    fault_tolerance = parser.add_argument_group(
+        "Fault tolerance across replica groups (torchft; pip install 'accel-launch[ft]')"
+    )
+    _add(
+        fault_tolerance,
+        "--ft_replicas",
+        type=int,
+        metavar="N",
+        help="Run N replica groups of --num_processes processes each on this machine, with a "
+        "torchft lighthouse: a failed group is relaunched (up to --max_restarts times) while the "
+        "others keep training.",
+    )
+    _add(
+        fault_tolerance,
+        "--ft_min_replicas",
+        type=int,
+        metavar="K",
+        help="Fewest replica groups a step commits with (default 1).",
+    )
+    _add(
+        fault_tolerance,
+        "--ft_lighthouse",
+        metavar="HOST:PORT",
+        help="Join the lighthouse at HOST:PORT instead of starting one (one group per launcher, "
+        "for groups on several machines); needs --ft_replica_id.",
+    )
+    _add(
+        fault_tolerance,
+        "--ft_replica_id",
+        type=int,
+        metavar="I",
+        help="Which replica group this launcher runs (with --ft_lighthouse).",
+    )
     _add(
         distributed,
         "--collective_timeout",

@@ -31,6 +31,7 @@ from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.launch_args import typed_value
 from accel_launch.overlay import flags_to_config
+from accel_launch.replica_plan import ReplicaGroups, replica_groups
 from accel_launch.torchrun_env import torchrun_env_config
 from accel_state.contract import AS_ACCELERATE, LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
@@ -60,6 +61,7 @@ class LaunchPlan:
         interface: The network interface chosen for the backends (several machines, none set
             by the user): the one that routes to the main machine.
         local_addr: This machine's address as the rendezvous publishes it (several machines).
+        fault_tolerance: The replica groups to run (``--ft_*`` flags); ``None``: one job.
         env: Variables added to the workers' environment (contract, threads, GPU selection).
         notes: Lines to show the user before starting (defaults used, ignored flags).
     """
@@ -92,6 +94,7 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     interface: RouteChoice | None = None
     local_addr: str | None = None
+    fault_tolerance: ReplicaGroups | None = None
 
     @property
     def min_nodes(self) -> int:
@@ -627,8 +630,21 @@ def build_plan(
             "is not supported: accel starts every machine through torch elastic ('standard'). "
             "Run `accel launch` on each machine with --deepspeed_multinode_launcher standard."
         )
+    fault_tolerance = replica_groups(args, num_machines)
+    if fault_tolerance is not None and kind is DistributedType.XLA:
+        raise LaunchArgumentError(
+            "--ft_replicas / --ft_lighthouse with --tpu: replica groups run through torch elastic "
+            "and torchft's gloo/NCCL groups, not torch_xla's launcher."
+        )
+    if fault_tolerance is not None and min_machines is not None:
+        raise LaunchArgumentError(
+            f"--ft_* with --num_machines {min_machines}:{num_machines}: a replica group has a "
+            "fixed size; fault tolerance comes from the other groups, not from an elastic range."
+        )
     if kind is DistributedType.XLA:
         mode = XLA
+    elif fault_tolerance is not None:
+        mode = ELASTIC  # every group has its own store (MASTER_ADDR/PORT), which torchft uses
     elif (
         num_processes == 1
         and num_machines == 1
@@ -698,6 +714,7 @@ def build_plan(
         notes=tuple(notes),
         interface=interface,
         local_addr=local_addr,
+        fault_tolerance=fault_tolerance,
     )
 
 

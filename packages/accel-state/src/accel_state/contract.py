@@ -140,6 +140,16 @@ RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SLURM_RESTART_COUNT = "SLURM_RESTART_COUNT"
 #: Key under ``extraInfo`` of torch elastic's error file: where the failed worker's collectives were.
 COLLECTIVES_KEY = "accel_collectives"
+#: Written by ``accel launch --ft_replicas N``: this process's replica group, ``0..N-1``.
+FT_REPLICA_ID = "ACCEL_FT_REPLICA_ID"
+#: Written by ``accel launch --ft_replicas N``: how many replica groups the job has.
+FT_REPLICAS = "ACCEL_FT_REPLICAS"
+#: Written by ``accel launch --ft_replicas N``: fewest replica groups a step commits with.
+FT_MIN_REPLICAS = "ACCEL_FT_MIN_REPLICAS"
+#: Written by ``accel launch --ft_replicas N``: times this replica group was relaunched.
+FT_GROUP_RESTART_COUNT = "ACCEL_FT_GROUP_RESTART_COUNT"
+#: torchft's own variable: the lighthouse's address (``http://host:port``), read by its Manager.
+FT_LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 #: Exit status of a job stopped by SIGTERM (preemption): ``EX_TEMPFAIL`` of ``sysexits.h``, "try
 #: again later". SLURM requeues a job that exits with it where ``slurm.conf`` has
 #: ``RequeueExit=75`` (or the batch script runs ``scontrol requeue`` on it).
@@ -166,6 +176,11 @@ ALL_VARIABLES = (
     FP8_BACKEND,
     FP8_CONFIG,
     TORCH_DEVICE,
+    FT_REPLICA_ID,
+    FT_REPLICAS,
+    FT_MIN_REPLICAS,
+    FT_GROUP_RESTART_COUNT,
+    FT_LIGHTHOUSE,
 )
 
 BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]

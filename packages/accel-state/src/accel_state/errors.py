@@ -32,3 +32,7 @@ class PartialStateResetError(AccelStateError, AttributeError):
 
     An ``AttributeError`` too, as Accelerate raises there: the setting is no longer an attribute.
     """
+
+
+class FaultToleranceUnavailableError(AccelStateError, ImportError):
+    """Fault tolerance across replica groups needs torchft, which is not installed."""

@@ -1,4 +1,7 @@
-"""Runners execute a :class:`~accel_launch.plan.LaunchPlan`: one process, torch elastic, or XLA."""
+"""Runners execute a :class:`~accel_launch.plan.LaunchPlan`.
+
+One process, torch elastic, torch_xla, or replica groups (``--ft_replicas``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ def run_plan(plan: LaunchPlan) -> int:
         JobFailedError: Never for worker failures (those become the exit code); only for failures
             of the launch machinery itself.
     """
+    if plan.fault_tolerance is not None:
+        from accel_launch.runners.replica_groups import run_replica_groups
+
+        return run_replica_groups(plan)
     if plan.mode == SINGLE:
         from accel_launch.runners.single import run_single
 

@@ -1,0 +1,186 @@
+"""``accel launch --ft_replicas N``: replica groups that train on while one fails and is relaunched.
+
+The flags are checked without torchft. The jobs are real: a torchft lighthouse in the launcher,
+one group launcher per replica group (each its own torch world over gloo), and a worker that
+trains on torchft directly (``scripts/ft_replica_worker.py``) and SIGKILLs itself in replica 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, run, wait_dead
+
+from accel_launch.errors import LaunchArgumentError
+from accel_launch.launch_args import build_launch_parser
+from accel_launch.plan import ELASTIC, build_plan
+from accel_launch.replica_plan import ReplicaGroups, lighthouse_url
+
+WORKER = SCRIPTS / "ft_replica_worker.py"
+
+
+def plan_for(*flags: str):
+    args = build_launch_parser().parse_args([*flags, str(WORKER)])
+    return build_plan(args, None, environ={})
+
+
+def test_ft_replicas_runs_every_group_here_with_a_lighthouse_of_its_own() -> None:
+    plan = plan_for("--cpu", "--ft_replicas", "3", "--ft_min_replicas", "2", "--num_processes", "1")
+    assert plan.fault_tolerance == ReplicaGroups(3, 2, (0, 1, 2), None)
+    assert plan.mode == ELASTIC  # each group gets a store, even of one process
+    assert plan_for("--cpu", "--num_processes", "2").fault_tolerance is None
+
+
+def test_ft_lighthouse_runs_one_group_that_joins_it() -> None:
+    plan = plan_for("--cpu", "--ft_lighthouse", "10.0.0.1:29510", "--ft_replica_id", "2")
+    assert plan.fault_tolerance == ReplicaGroups(3, 1, (2,), "http://10.0.0.1:29510")
+    assert lighthouse_url("http://[::1]:29510/") == "http://[::1]:29510"
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--ft_replicas", "0"), "--ft_replicas 0 must be at least 1"),
+        (("--ft_replicas", "2", "--ft_min_replicas", "3"), "--ft_min_replicas 3 must be between"),
+        (("--ft_min_replicas", "2"), "--ft_min_replicas 2 needs --ft_replicas N"),
+        (("--ft_replica_id", "1"), "--ft_replica_id 1 needs --ft_lighthouse HOST:PORT"),
+        (("--ft_lighthouse", "h:29510"), "--ft_lighthouse h:29510 needs --ft_replica_id I"),
+        (("--ft_lighthouse", "nohost", "--ft_replica_id", "0"), "is not HOST:PORT"),
+        (
+            ("--ft_lighthouse", "h:1", "--ft_replica_id", "4", "--ft_replicas", "2"),
+            "--ft_replica_id 4 must be between 0 and --ft_replicas 2 - 1",
+        ),
+        (
+            ("--ft_replicas", "2", "--num_machines", "2", "--main_process_ip", "10.0.0.1"),
+            "run one\n`accel launch --ft_lighthouse",
+        ),
+    ],
+)
+def test_bad_ft_flags_are_refused_naming_the_flag_and_the_fix(flags, named) -> None:
+    with pytest.raises(LaunchArgumentError) as error:
+        plan_for("--cpu", "--num_processes", "2", *flags)
+    assert named.replace("\n", " ") in str(error.value).replace("\n", " ")
+
+
+def read_steps(folder: Path, replica: int) -> list[tuple[int, int, int, int, float]]:
+    rows = (folder / f"steps-{replica}").read_text().split("\n")
+    return [
+        (int(a), int(b), int(c), int(d), float(e))
+        for a, b, c, d, e in map(str.split, filter(None, rows))
+    ]
+
+
+def read_lives(folder: Path, replica: int) -> list[tuple[int, int]]:
+    rows = (folder / f"pids-{replica}").read_text().split("\n")
+    return [(int(life), int(pid)) for life, pid in map(str.split, filter(None, rows))]
+
+
+def launch(folder: Path, *flags: str, steps: int = 40, kill_at: int = 8, wait_for_all: int = 1):
+    command = accel_cmd("launch", "--cpu", "--num_processes", "1", *flags, str(WORKER), str(folder))
+    return [*command, str(steps), str(kill_at), str(wait_for_all)]
+
+
+@pytest.mark.timeout(400)
+def test_a_killed_replica_group_is_relaunched_heals_and_the_other_never_restarts(tmp_path) -> None:
+    pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
+    command = launch(tmp_path, "--ft_replicas", "2", "--max_restarts", "1")
+    result = run(command, timeout=300, env=clean_env(CUDA_VISIBLE_DEVICES=""))
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "fault tolerance: 2 of 2 replica group(s) of 1 process(es) here" in result.stderr
+    assert (
+        "replica group 1 failed (exit code 137); relaunching it (restart 1 of 1)" in result.stderr
+    )
+    survivor, relaunched = read_lives(tmp_path, 0), read_lives(tmp_path, 1)
+    assert [life for life, _ in survivor] == [0]  # the other group was never restarted
+    assert [life for life, _ in relaunched] == [0, 1] and relaunched[0][1] != relaunched[1][1]
+
+    steps_0, steps_1 = read_steps(tmp_path, 0), read_steps(tmp_path, 1)
+    first_life = [row for row in steps_1 if row[0] == 0]
+    second_life = [row for row in steps_1 if row[0] == 1]
+    assert all(row[1] < 8 for row in first_life)  # it died at its first step from 8 on
+    died_at = max([8, *(row[1] + 1 for row in first_life)])
+    # The relaunched group healed: it started at the step the survivor had reached, not at 0.
+    assert second_life[0][1] > died_at, second_life[:3]
+    # At most the step the other group died in went uncommitted (when they trained together);
+    # the survivor went on alone, committing, until the relaunched group healed from it.
+    uncommitted = {row[1] for row in steps_0 if row[2] == 0}
+    assert len(uncommitted) <= 1 and all(step >= 8 for step in uncommitted), steps_0[:12]
+    alone = [row for row in steps_0 if row[3] == 1 and died_at <= row[1] < second_life[0][1]]
+    assert alone and all(row[2] == 1 for row in alone), alone[:5]
+    gaps = [later[4] - earlier[4] for earlier, later in itertools.pairwise(steps_0)]
+    print(f"MEASURED longest pause of the surviving group: {max(gaps):.2f} s")
+    assert max(gaps) < 5 + 30 + 2  # heartbeat + gloo timeouts + 2 s: a hang guard
+    assert steps_0[-1][3] == 2 and steps_1[-1][3] == 2  # they ended training together
+
+    import torch
+
+    final_0, final_1 = (torch.load(tmp_path / f"final-{i}.pt") for i in (0, 1))
+    assert final_0["step"] == final_1["step"] >= 40
+    assert all(torch.equal(final_0["model"][k], final_1["model"][k]) for k in final_0["model"])
+
+
+@pytest.mark.timeout(400)
+def test_a_group_out_of_restarts_is_left_out_and_the_others_finish(tmp_path) -> None:
+    pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
+    command = launch(tmp_path, "--ft_replicas", "2", "--max_restarts", "0", wait_for_all=0)
+    result = run(command, timeout=300, env=clean_env(CUDA_VISIBLE_DEVICES=""))
+    assert result.returncode == 137, result.stderr[-6000:]  # the lost group's exit code
+    assert (
+        "replica group 1 failed (exit code 137) with no restarts left (--max_restarts 0); the "
+        "other groups go on without it" in result.stderr
+    )
+    assert "replica group 0 finished" in result.stderr
+    assert read_steps(tmp_path, 0)[-1][1] >= 39
+    assert not (tmp_path / "final-1.pt").exists()
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_launcher_stops_every_group_and_exits_75(tmp_path) -> None:
+    pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
+    command = launch(tmp_path, "--ft_replicas", "2", steps=100000, kill_at=-1)
+    process = subprocess.Popen(
+        command,
+        env=clean_env(CUDA_VISIBLE_DEVICES=""),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 200
+        while time.monotonic() < deadline and not all(
+            (tmp_path / f"steps-{replica}").exists() for replica in (0, 1)
+        ):
+            time.sleep(0.2)
+        assert process.poll() is None, process.communicate()[1][-4000:]
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 75, stderr[-4000:]
+    workers = [pid for replica in (0, 1) for _, pid in read_lives(tmp_path, replica)]
+    assert wait_dead(workers, 10) == []
+    assert not any(alive(pid) for pid in workers)
+
+
+def test_the_lighthouse_publishes_the_address_it_is_bound_to() -> None:
+    pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
+    import urllib.request
+
+    from accel_state.torchft_api import start_lighthouse
+
+    lighthouse = start_lighthouse("127.0.0.1", 0, min_replicas=2)
+    try:
+        # torchft itself would publish this machine's hostname, which may resolve nowhere.
+        assert lighthouse.address.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{lighthouse.address}/status", timeout=30) as page:
+            status = page.read().decode()
+        assert "need min_replicas 2" in status
+    finally:
+        lighthouse.shutdown()
