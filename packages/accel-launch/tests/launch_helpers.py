@@ -76,6 +76,20 @@ def run(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def start(
+    cmd: list[str], env: dict[str, str], stdout: int | None = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """Start ``cmd`` in its own session (stderr piped, text mode) for a test that signals it."""
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a live (not zombie) process."""
     try:

@@ -9,7 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, read_pids, run, wait_dead
+from launch_helpers import (
+    SCRIPTS,
+    accel_cmd,
+    alive,
+    clean_env,
+    read_pids,
+    run,
+    start,
+    wait_dead,
+)
 
 from accel_state.contract import MIXED_PRECISION, REQUEUE_EXIT_CODE, USE_CPU
 from accel_state.testing import find_free_port
@@ -193,13 +202,9 @@ def test_two_machines_on_localhost_form_one_job(tmp_path):
         port,
     ]
     script = [str(SCRIPTS / "plain_worker.py"), str(tmp_path)]
-    other = subprocess.Popen(
+    other = start(
         accel_cmd(*common, "--machine_rank", "1", *script),
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        clean_env(),
     )
     try:
         result = run(accel_cmd(*common, "--machine_rank", "0", *script), timeout=90)
@@ -251,13 +256,9 @@ def _start_sleepers(
     One process uses the launcher's default (no ``--num_processes``), the single-process path.
     """
     count = ["--num_processes", str(processes)] if processes > 1 else []
-    proc = subprocess.Popen(
+    proc = start(
         accel_cmd("launch", "--cpu", *count, str(SCRIPTS / "sleep_worker.py"), str(tmp_path)),
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        clean_env(),
     )
     deadline = time.monotonic() + seconds
     while len(read_pids(tmp_path)) < processes and time.monotonic() < deadline:
@@ -324,13 +325,10 @@ def test_signal_while_waiting_for_other_machines_ends_the_launcher(tmp_path, sig
         "127.0.0.1",
     ]
     flags += ["--main_process_port", str(find_free_port())]
-    proc = subprocess.Popen(
+    proc = start(
         accel_cmd("launch", *flags, str(SCRIPTS / "sleep_worker.py"), str(tmp_path)),
-        env=clean_env(TMPDIR=str(tmp_path)),  # where a launcher killed early leaves its log folder
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        clean_env(TMPDIR=str(tmp_path)),
+        stdout=subprocess.DEVNULL,  # where a launcher killed early leaves its log folder
     )
     try:
         assert proc.stderr is not None
@@ -390,13 +388,10 @@ def test_sigterm_reaches_every_worker_which_saves_and_the_launcher_asks_for_a_re
     tmp_path, processes
 ):
     count = ["--num_processes", str(processes)] if processes > 1 else []
-    proc = subprocess.Popen(
+    proc = start(
         accel_cmd("launch", "--cpu", *count, str(SCRIPTS / "preemptible.py"), str(tmp_path)),
-        env=clean_env(),
+        clean_env(),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 60

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import itertools
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, run, wait_dead
+from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, run, start, wait_dead
 
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.launch_args import build_launch_parser
@@ -143,14 +142,7 @@ def test_a_group_out_of_restarts_is_left_out_and_the_others_finish(tmp_path) -> 
 def test_sigterm_to_the_launcher_stops_every_group_and_exits_75(tmp_path) -> None:
     pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
     command = launch(tmp_path, "--ft_replicas", "2", steps=100000, kill_at=-1)
-    process = subprocess.Popen(
-        command,
-        env=clean_env(CUDA_VISIBLE_DEVICES=""),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start(command, clean_env(CUDA_VISIBLE_DEVICES=""))
     try:
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline and not all(
