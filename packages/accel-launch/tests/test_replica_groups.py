@@ -103,14 +103,17 @@ def test_a_killed_replica_group_is_relaunched_heals_and_the_other_never_restarts
     second_life = [row for row in steps_1 if row[0] == 1]
     assert all(row[1] < 8 for row in first_life)  # it died at its first step from 8 on
     died_at = max([8, *(row[1] + 1 for row in first_life)])
-    # The relaunched group healed: it started at the step the survivor had reached, not at 0.
-    assert second_life[0][1] > died_at, second_life[:3]
+    # The relaunched group healed: it started at the step the survivor had reached (at least
+    # the one it died in), not at 0. Relaunched within torchft's heartbeat timeout, it can
+    # rejoin before the survivor has dropped it, and retry that very step with it.
+    assert second_life[0][1] >= died_at, second_life[:3]
+    assert second_life[0][1] == max(row[1] for row in steps_0 if row[1] <= second_life[0][1])
     # At most the step the other group died in went uncommitted (when they trained together);
-    # the survivor went on alone, committing, until the relaunched group healed from it.
+    # any step the survivor took alone meanwhile was committed.
     uncommitted = {row[1] for row in steps_0 if row[2] == 0}
     assert len(uncommitted) <= 1 and all(step >= 8 for step in uncommitted), steps_0[:12]
     alone = [row for row in steps_0 if row[3] == 1 and died_at <= row[1] < second_life[0][1]]
-    assert alone and all(row[2] == 1 for row in alone), alone[:5]
+    assert all(row[2] == 1 for row in alone), alone[:5]
     gaps = [later[4] - earlier[4] for earlier, later in itertools.pairwise(steps_0)]
     print(f"MEASURED longest pause of the surviving group: {max(gaps):.2f} s")
     assert max(gaps) < 5 + 30 + 2  # heartbeat + gloo timeouts + 2 s: a hang guard
