@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -179,3 +180,18 @@ def test_the_lighthouse_publishes_the_address_it_is_bound_to() -> None:
         assert "need min_replicas 2" in status
     finally:
         lighthouse.shutdown()
+
+
+def test_without_torchft_the_launcher_says_which_extra_to_install(tmp_path) -> None:
+    code = (
+        "import sys; sys.modules['torchft'] = None; "  # as if not installed
+        "from accel_launch.cli import main; "
+        f"sys.exit(main(['launch', '--cpu', '--ft_replicas', '2', {str(WORKER)!r}]))"
+    )
+    result = run([sys.executable, "-c", code], timeout=120, env=clean_env())
+    assert result.returncode == 1, result.stderr
+    assert (
+        "accel launch: error: fault tolerance across replica groups needs torchft" in result.stderr
+    )
+    assert "pip install 'accel-launch[ft]'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+from accel_launch.errors import MissingDependencyError
 from accel_launch.plan import LaunchPlan
 from accel_launch.replica_plan import ReplicaGroups
 from accel_launch.runners.guard import guarded
@@ -101,10 +102,14 @@ def _lighthouse(plan: LaunchPlan, groups: ReplicaGroups) -> Iterator[str]:
     if groups.lighthouse is not None:
         yield groups.lighthouse
         return
+    from accel_state.errors import FaultToleranceUnavailableError
     from accel_state.torchft_api import start_lighthouse
 
     host = plan.rdzv_endpoint.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
-    lighthouse = start_lighthouse(host, 0, groups.min_replicas)
+    try:
+        lighthouse = start_lighthouse(host, 0, groups.min_replicas)
+    except FaultToleranceUnavailableError as error:
+        raise MissingDependencyError(str(error)) from error
     try:
         yield lighthouse.address
     finally:
