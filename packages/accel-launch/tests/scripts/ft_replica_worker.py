@@ -1,11 +1,13 @@
 """A training loop on torchft directly, run by ``accel launch --ft_replicas`` (test helper).
 
-``ft_replica_worker.py OUT STEPS KILL_AT WAIT_FOR_ALL``: each step starts a quorum, all-reduces the
-gradients across the replica groups and commits or not; replica 1 SIGKILLs itself at its first
-step from KILL_AT on in its first life (-1: never; it may join late, past KILL_AT). It trains until STEPS committed steps, and with WAIT_FOR_ALL 1
-until a step in which every replica group took part. Each process appends ``LIFE PID`` to
-``OUT/pids-<replica>`` and ``LIFE STEP COMMITTED PARTICIPANTS TIME`` per step to
-``OUT/steps-<replica>``, and saves ``OUT/final-<replica>.pt`` at the end.
+``ft_replica_worker.py OUT STEPS KILL_AT WAIT_FOR_ALL``: each step starts a quorum, all-reduces
+the gradients across the replica groups and commits or not. In its first life replica 1
+SIGKILLs itself at its first step from KILL_AT on (-1: never) that every group takes part in, so
+that the others hold the state it had reached (with WAIT_FOR_ALL 0: whoever takes part). It
+trains until STEPS committed steps, and with WAIT_FOR_ALL 1 until a step in which every replica
+group took part. Each process appends ``LIFE PID`` to ``OUT/pids-<replica>`` and ``LIFE STEP
+COMMITTED PARTICIPANTS TIME`` per step to ``OUT/steps-<replica>``, and saves
+``OUT/final-<replica>.pt`` at the end.
 """
 
 import os
@@ -51,7 +53,8 @@ while True:
     optimizer.zero_grad()
     manager.start_quorum()
     step = manager.current_step()
-    if replica == 1 and life == 0 and 0 <= kill_at <= step:
+    together = manager.num_participants() == replicas
+    if replica == 1 and life == 0 and 0 <= kill_at <= step and (together or not wait_for_all):
         os.kill(os.getpid(), signal.SIGKILL)
     data = torch.Generator().manual_seed(step)
     inputs = torch.randn(16, 8, generator=data)
