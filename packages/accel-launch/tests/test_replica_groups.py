@@ -143,7 +143,8 @@ def test_a_group_out_of_restarts_is_left_out_and_the_others_finish(tmp_path) -> 
 
 
 @pytest.mark.timeout(300)
-def test_sigterm_to_the_launcher_stops_every_group_and_exits_75(tmp_path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
+def test_a_signal_to_the_launcher_stops_every_group(tmp_path, sig, code) -> None:
     pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
     command = launch(tmp_path, "--ft_replicas", "2", steps=100000, kill_at=-1)
     process = start(command, clean_env(CUDA_VISIBLE_DEVICES=""))
@@ -154,12 +155,12 @@ def test_sigterm_to_the_launcher_stops_every_group_and_exits_75(tmp_path) -> Non
         ):
             time.sleep(0.2)
         assert process.poll() is None, process.communicate()[1][-4000:]
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(sig)
         _, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 75, stderr[-4000:]
+    assert process.returncode == code, stderr[-4000:]
     workers = [pid for replica in (0, 1) for _, pid in read_lives(tmp_path, replica)]
     assert wait_dead(workers, 10) == []
     assert not any(alive(pid) for pid in workers)

@@ -7,7 +7,7 @@ world, and tells its workers who they are (``ACCEL_FT_REPLICA_ID``, ``ACCEL_FT_R
 ``ACCEL_FT_MIN_REPLICAS``, ``TORCHFT_LIGHTHOUSE``). A group that fails is relaunched, up to
 ``--max_restarts`` times, while the other groups go on training: their processes are never
 restarted for it. Group launchers die with this one (parent-death signal), and SIGTERM or
-SIGINT here is passed to every group.
+SIGINT here is passed to every group as SIGTERM (exit 75 after SIGTERM, 130 after SIGINT).
 
 ``python -m accel_launch.runners.replica_groups PLAN`` is the group launcher's entry: it runs the
 pickled one-group plan that this launcher wrote into a private folder.
@@ -147,9 +147,11 @@ def _wait_stopped(groups: list[GroupLauncher]) -> None:
             group.exit_code = group.process.returncode
 
 
-def _final_code(groups: list[GroupLauncher], stopped: bool) -> int:
+def _final_code(groups: list[GroupLauncher], stopped_by: int | None) -> int:
     codes = [group.exit_code or 0 for group in groups]
-    if stopped and all(code in (0, REQUEUE_EXIT_CODE) for code in codes):
+    if stopped_by == signal.SIGINT:
+        return 130  # interrupted, as any launch stopped with Ctrl-C
+    if stopped_by is not None and all(code in (0, REQUEUE_EXIT_CODE) for code in codes):
         return REQUEUE_EXIT_CODE if REQUEUE_EXIT_CODE in codes else 0
     failed = [code for code in codes if code != 0]
     if not failed:
@@ -184,7 +186,7 @@ def run_replica_groups(plan: LaunchPlan) -> int:
             _supervise(plan, groups, groups_plan, lighthouse, stopping)
             if stopping:
                 _wait_stopped(groups)
-        return _final_code(groups, bool(stopping))
+        return _final_code(groups, stopping[0] if stopping else None)
 
 
 def _supervise(
