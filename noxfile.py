@@ -570,6 +570,11 @@ def peer_baseline_python(session: nox.Session) -> str:
     return baseline_python(session, PEER_BASELINE_VENV, requirements)
 
 
+# ----------------------------------------------------------------------------- clusters
+# Where people scale past one machine: real SLURM clusters (scripts/slurm_cluster.py, Debian's
+# packages installed with apt-get when absent; one node on localhost, two on test hosts) and a
+# two-node Ray cluster on test hosts. Their tests skip, saying why, outside these sessions.
+# They are defined after torch_versions, so that under --parallel they run beside its legs.
 CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
 slurm_cluster = load_script_module("slurm_cluster")
 
@@ -885,10 +890,6 @@ def demo(session: nox.Session) -> None:
     )
 
 
-# ----------------------------------------------------------------------------- clusters
-# Where people scale past one machine: a real one-node SLURM cluster (scripts/slurm_cluster.py,
-# Debian's packages installed with apt-get when absent) and Ray Train. Their tests live in
-# tests-integration/clusters/ and skip, saying why, outside these sessions.
 # Defined last, so that `nox -t ci` (definition order) and a plain `nox` run it after the rest.
 @nox.session(python=False, tags=["ci"])
 def ci_times(session: nox.Session) -> None:

@@ -5,8 +5,8 @@ Trains a tiny classifier for ``--epochs`` epochs, evaluates after each with
 again, resumes from it (a fresh launch), or from ``--resume_from FOLDER`` when ``OUT/state`` is
 not there yet. ``--stop_after_epoch N`` ends the run after epoch N's save, as a job stopped
 between two launches. At the end rank 0 writes ``OUT/metrics.json`` and the final weights to
-``OUT/final``; every rank writes where it ran
-(hostname, device, world) to ``OUT/rank-<rank>.json``.
+``OUT/final``; every rank writes where it ran (hostname, device, world) to
+``OUT/rank-<rank>.json``.
 
 Ray Train calls :func:`train_func` with the same options as a dict (``{"out": ..., "ray":
 True}``): after each epoch's save, rank 0 reports the state folder as the epoch's Ray checkpoint

@@ -30,7 +30,7 @@ from types import FrameType
 
 from accel_launch.errors import MissingDependencyError
 from accel_launch.plan import LaunchPlan
-from accel_launch.replica_plan import ReplicaGroups
+from accel_launch.replica_plan import DEFAULT_LIGHTHOUSE_PORT, ReplicaGroups
 from accel_launch.runners.guard import guarded
 from accel_state.contract import (
     FT_GROUP_RESTART_COUNT,
@@ -56,7 +56,6 @@ class GroupLauncher:
     restarts: int = 0
     process: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
-    pids: list[int] = dataclasses.field(default_factory=list)
 
     def start(self, lighthouse: str, groups: ReplicaGroups) -> None:
         """Start (or restart) this group's launcher."""
@@ -70,7 +69,6 @@ class GroupLauncher:
         }
         command = [sys.executable, "-m", "accel_launch.runners.replica_groups", str(self.plan_file)]
         self.process = subprocess.Popen(guarded(command), env=env, start_new_session=True)
-        self.pids.append(self.process.pid)
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to this group's launcher and everything in its session."""
@@ -107,7 +105,7 @@ def _lighthouse(plan: LaunchPlan, groups: ReplicaGroups) -> Iterator[str]:
 
     host = plan.rdzv_endpoint.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
     try:
-        lighthouse = start_lighthouse(host, 0, groups.min_replicas)
+        lighthouse = start_lighthouse(host, DEFAULT_LIGHTHOUSE_PORT, groups.min_replicas)
     except FaultToleranceUnavailableError as error:
         raise MissingDependencyError(str(error)) from error
     try:
