@@ -36,3 +36,7 @@ class PartialStateResetError(AccelStateError, AttributeError):
 
 class FaultToleranceUnavailableError(AccelStateError, ImportError):
     """Fault tolerance across replica groups needs torchft, which is not installed."""
+
+
+class ReplicaQuorumError(AccelStateError, RuntimeError):
+    """No quorum of replica groups formed for a step (too few groups alive, or no lighthouse)."""

@@ -10,10 +10,14 @@ constructors; :data:`TORCHFT_OVERRIDES` names the ones that matter here.
 from __future__ import annotations
 
 import dataclasses
+import os
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from accel_state.errors import FaultToleranceUnavailableError
+from torch._C._distributed_c10d import TCPStore
+
+from accel_state.errors import FaultToleranceUnavailableError, ReplicaQuorumError
 
 #: The torchft release accel is written against (the ``ft`` extras pin it).
 TORCHFT_REQUIREMENT = "torchft==0.2.0"
@@ -28,9 +32,21 @@ TORCHFT_OVERRIDES = (
 #: How often the lighthouse forms a new quorum, and how long a silent replica stays counted.
 DEFAULT_QUORUM_TICK_MS = 100
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000
-#: How long a new quorum waits for replica groups that were there before (after a failure, the
-#: survivors must not wait for the dead one longer than this).
-DEFAULT_JOIN_TIMEOUT_MS = 1000
+#: How long a new quorum waits for groups of the previous one that still heartbeat (torchft's
+#: default). It must exceed the longest step: with a shorter wait, a group busy in a step is
+#: left out, and two groups can each form quorums of their own and train apart. It does not
+#: slow recovery: a dead group stops heartbeating and is no longer waited for.
+DEFAULT_JOIN_TIMEOUT_MS = 60_000
+
+
+#: torchft's Rust side logs every quorum and commit at INFO; accel shows its warnings only,
+#: unless ``RUST_LOG`` is set (``RUST_LOG=info`` shows them all).
+DEFAULT_RUST_LOG = "warn"
+
+
+def quiet_torchft_logs(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``RUST_LOG`` set to :data:`DEFAULT_RUST_LOG` unless it is set already."""
+    return {"RUST_LOG": DEFAULT_RUST_LOG, **env}
 
 
 def import_torchft_native() -> ModuleType:
@@ -105,4 +121,169 @@ def start_lighthouse(
     published = f"[{host}]" if ":" in host else host
     return Lighthouse(
         address=f"http://{published}:{bound_port}", min_replicas=min_replicas, server=server
+    )
+
+
+class ReplicaManager:
+    """torchft's ``Manager`` of this process, reduced to what accel's training steps use.
+
+    One step: :meth:`start_step` (forms the quorum; heals this group from a live one when it is
+    behind), :meth:`average` of the gradients across the groups taking part, then
+    :meth:`should_commit`, which every group answers alike.
+    """
+
+    def __init__(
+        self,
+        manager: Any,
+        *,
+        replica_id: int,
+        group_rank: int,
+        group_size: int,
+        lighthouse: str,
+        store: Any = None,
+    ) -> None:
+        self._manager = manager
+        self.replica_id = replica_id
+        self.lighthouse = lighthouse
+        self._store = store  # the group's own store when it has no process group
+        self.group_rank = group_rank
+        self.group_size = group_size
+
+    def start_step(self) -> None:
+        """Form this step's quorum (blocking); a group that is behind is healed here.
+
+        Raises:
+            ReplicaQuorumError: No quorum within the quorum timeout (too few groups alive), or
+                the lighthouse cannot be reached.
+        """
+        try:
+            self._manager.start_quorum()
+        except Exception as error:  # torchft raises its transport's errors as they come
+            manager = self._manager
+            raise ReplicaQuorumError(
+                f"replica group {self.replica_id} got no quorum for step "
+                f"{manager.current_step()} within {manager._quorum_timeout.total_seconds():g} s "
+                f"({type(error).__name__}: {error}). A step needs min_replicas="
+                f"{manager._min_replica_size} live replica groups and a reachable lighthouse "
+                f"({self.lighthouse}); start or relaunch the missing groups (accel launch "
+                "--max_restarts), lower --ft_min_replicas, or raise TORCHFT_QUORUM_TIMEOUT_SEC."
+            ) from error
+
+    def average(self, tensors: list[Any]) -> None:
+        """Average ``tensors`` in place over the groups taking part (zeros if this one is not).
+
+        After a failure inside the collective the tensors hold garbage, and
+        :meth:`should_commit` answers False.
+        """
+        works = [self._manager.allreduce(tensor) for tensor in tensors]
+        for work in works:
+            work.wait()
+
+    def should_commit(self) -> bool:
+        """Whether every group of the quorum finished the step without error (ends the step)."""
+        return bool(self._manager.should_commit())
+
+    @property
+    def participants(self) -> int:
+        """Replica groups taking part in the step now open."""
+        return int(self._manager.num_participants())
+
+    @property
+    def participant_rank(self) -> int | None:
+        """This group's place among them (``None``: not taking part)."""
+        rank = self._manager.participating_rank()
+        return None if rank is None else int(rank)
+
+    @property
+    def committed_steps(self) -> int:
+        """Steps the job has committed (healed along with the state)."""
+        return int(self._manager.current_step())
+
+    def shutdown(self) -> None:
+        """Stop this process's manager threads and its checkpoint server."""
+        self._manager.shutdown(wait=False)
+
+
+def create_replica_manager(
+    *,
+    device_type: str,
+    group_rank: int,
+    group_size: int,
+    replica_id: int,
+    min_replicas: int,
+    lighthouse: str | None,
+    timeout_s: float,
+    quorum_timeout_s: float,
+    connect_timeout_s: float,
+    state_dict: Any,
+    load_state_dict: Any,
+) -> ReplicaManager:
+    """A torchft ``Manager`` for this process of replica group ``replica_id``.
+
+    Call after this group's process group exists: the manager joins the group's store
+    (``MASTER_ADDR``/``MASTER_PORT``). The quorum is formed synchronously, so a group that is
+    behind heals before its step starts, and takes part in that step.
+
+    Args:
+        device_type: ``"cuda"`` averages over NCCL across groups, anything else over gloo.
+        group_rank: This process's rank inside its replica group.
+        group_size: Processes per replica group.
+        replica_id: This group's number (``0..N-1``).
+        min_replicas: Fewest groups a step commits with.
+        lighthouse: The lighthouse address (``None``: ``TORCHFT_LIGHTHOUSE``).
+        timeout_s: Collectives, commit votes and healing transfers.
+        quorum_timeout_s: How long a step waits for its quorum.
+        connect_timeout_s: Connecting to the lighthouse and to peers' managers.
+        state_dict: Returns what a healing group copies (called from torchft's thread).
+        load_state_dict: Takes that copy in (called before the healed step starts).
+
+    Raises:
+        FaultToleranceUnavailableError: torchft is not installed.
+    """
+    import_torchft_native()
+    from torchft.manager import Manager
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    # torchft's Manager reads TORCHFT_TIMEOUT_SEC over its argument; the process group across
+    # groups must time out alike (else a group stuck configuring it outlives the quorum timeout).
+    timeout = timedelta(seconds=float(os.environ.get("TORCHFT_TIMEOUT_SEC", timeout_s)))
+    store = None
+    store_host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    store_port = int(os.environ["MASTER_PORT"]) if "MASTER_PORT" in os.environ else None
+    if group_size == 1:
+        # A one-process group has no process group (and so no store) of its own; the other
+        # groups reach this one's store, so it listens where MASTER_ADDR says.
+        store = TCPStore(
+            store_host, 0, world_size=1, is_master=True, wait_for_workers=False, timeout=timeout
+        )
+        store_port = store.port
+    process_group = (
+        ProcessGroupNCCL(timeout=timeout)
+        if device_type == "cuda"
+        else ProcessGroupGloo(timeout=timeout)
+    )
+    manager = Manager(
+        pg=process_group,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        min_replica_size=min_replicas,
+        use_async_quorum=False,
+        timeout=timeout,
+        quorum_timeout=timedelta(seconds=quorum_timeout_s),
+        connect_timeout=timedelta(seconds=connect_timeout_s),
+        rank=group_rank,
+        world_size=group_size,
+        store_addr=store_host,
+        store_port=store_port,
+        lighthouse_addr=lighthouse,
+        # torchft numbers the cross-group ranks by the digits that end the id.
+        replica_id=f"replica_{replica_id}",
+    )
+    return ReplicaManager(
+        manager,
+        replica_id=replica_id,
+        group_rank=group_rank,
+        group_size=group_size,
+        lighthouse=lighthouse or os.environ.get("TORCHFT_LIGHTHOUSE", "TORCHFT_LIGHTHOUSE unset"),
+        store=store,
     )

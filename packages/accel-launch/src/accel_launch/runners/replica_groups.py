@@ -40,6 +40,7 @@ from accel_state.contract import (
     FT_REPLICAS,
     REQUEUE_EXIT_CODE,
 )
+from accel_state.torchft_api import quiet_torchft_logs
 
 #: Seconds between checks of the group launchers.
 POLL_SECONDS = 0.1
@@ -60,7 +61,7 @@ class GroupLauncher:
     def start(self, lighthouse: str, groups: ReplicaGroups) -> None:
         """Start (or restart) this group's launcher."""
         env = {
-            **os.environ,
+            **quiet_torchft_logs(dict(os.environ)),
             FT_REPLICA_ID: str(self.replica_id),
             FT_REPLICAS: str(groups.replicas),
             FT_MIN_REPLICAS: str(groups.min_replicas),
@@ -103,6 +104,7 @@ def _lighthouse(plan: LaunchPlan, groups: ReplicaGroups) -> Iterator[str]:
     from accel_state.errors import FaultToleranceUnavailableError
     from accel_state.torchft_api import start_lighthouse
 
+    os.environ.update(quiet_torchft_logs(dict(os.environ)))  # read as torchft starts logging
     host = plan.rdzv_endpoint.rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
     try:
         lighthouse = start_lighthouse(host, DEFAULT_LIGHTHOUSE_PORT, groups.min_replicas)
