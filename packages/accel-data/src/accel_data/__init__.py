@@ -35,6 +35,7 @@ from accel_data.samplers import (
     get_sampler,
 )
 from accel_data.shard_loader import DataLoaderShard
+from accel_data.shared_position import SharedPosition, SharedPositionLoader
 from accel_data.xla_loader import MpDeviceLoaderWrapper
 from accel_ops.records import register_internal_package
 
@@ -53,6 +54,8 @@ __all__ = [
     "DataLoaderStateMixin",
     "MpDeviceLoaderWrapper",
     "SkipDataLoader",
+    "SharedPositionLoader",
+    "SharedPosition",
     # samplers and datasets
     "BatchSamplerShard",
     "IterableDatasetShard",
