@@ -168,3 +168,19 @@ def slow_rank_report_around_uneven_inputs() -> int:
     monitor = accelerator.fault_tolerance.slow_ranks
     assert monitor is not None
     return monitor._calls
+
+
+def replica_groups_refuse_dp_replicate() -> str:
+    """Fault tolerance with ``dp_replicate_size=2`` inside a group: the refusal's message."""
+    from accel import FaultTolerancePlugin
+    from accel.errors import UnsupportedFeatureError
+    from accel_state import ParallelismConfig
+
+    plugin = FaultTolerancePlugin(replica_id=0, replicas=2, lighthouse="http://127.0.0.1:1")
+    try:
+        Accelerator(
+            parallelism_config=ParallelismConfig(dp_replicate_size=2), fault_tolerance=plugin
+        )
+    except UnsupportedFeatureError as error:
+        return str(error)
+    return "accepted"

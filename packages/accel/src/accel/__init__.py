@@ -35,6 +35,7 @@ _EXPORTS = {
     "find_executable_batch_size": "accel.memory",
     "is_rich_available": "accel.availability",
     "GradientAccumulationPlugin": "accel.plugins",
+    "FaultTolerancePlugin": "accel.replica_training",
     "DeepSpeedPlugin": "accel.strategies.deepspeed_plugin",
     "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
     "ParallelismConfig": "accel_state",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     from accel.parallelism import TorchTensorParallelPlugin as TorchTensorParallelPlugin
     from accel.plugins import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accel.profiling import ProfileKwargs as ProfileKwargs
+    from accel.replica_training import FaultTolerancePlugin as FaultTolerancePlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.strategies.deepspeed_plugin import DeepSpeedPlugin as DeepSpeedPlugin
     from accel.tracking import GeneralTracker as GeneralTracker

@@ -35,6 +35,7 @@ from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
+from accel.replica_training import FaultTolerancePlugin, ReplicaGroupTraining
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies import make_strategy
 from accel.trackers_mixin import TrackersMixin
@@ -43,6 +44,7 @@ from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
 from accel_ckpt import Checkpointer, ProjectConfiguration
 from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
+from accel_data.shared_position import SharedPositionLoader
 from accel_state import GradientState
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,6 +111,9 @@ class Accelerator(
             :class:`UnsupportedFeatureError` naming why.
         use_seedable_sampler: Shortcut for the ``DataLoaderConfiguration`` field (Accelerate 0.x).
         logging_dir: Accelerate 0.x's spelling of ``project_dir`` (deprecated there too).
+        fault_tolerance: A :class:`~accel.FaultTolerancePlugin`: per-step fault tolerance across
+            replica groups (torchft); default: the launcher's (``accel launch --ft_replicas``).
+            See :mod:`accel.replica_training`.
 
     Raises:
         AcceleratorConfigError: Contradictory arguments, or arguments that contradict the state
@@ -143,6 +148,7 @@ class Accelerator(
         parallelism_config: Any = None,
         use_seedable_sampler: bool = _UNSET,
         logging_dir: str | None = None,
+        fault_tolerance: FaultTolerancePlugin | None = None,
     ) -> None:
         _refuse_unsupported(megatron_lm_plugin=megatron_lm_plugin)
         deepspeed_plugin = one_deepspeed_argument(deepspeed_plugin, deepspeed_plugins)
@@ -239,6 +245,13 @@ class Accelerator(
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial)
+        plugin = (
+            fault_tolerance.resolved()
+            if fault_tolerance is not None
+            else FaultTolerancePlugin.from_env()
+        )
+        #: Per-step fault tolerance across replica groups (``None``: not a replica-group job).
+        self.replica_training = None if plugin is None else ReplicaGroupTraining(plugin, self)
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, *args: Any, device_placement: Sequence[bool | None] | None = None) -> Any:
@@ -422,6 +435,9 @@ class Accelerator(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
         self._optimizers.append(prepared)
+        if self.replica_training is not None:
+            self.replica_training.check_optimizer(self._optimizers)
+            prepared.commit_gate = self.replica_training.finish_step
         return self._remember(optimizer, prepared)  # type: ignore[no-any-return]
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
@@ -475,6 +491,8 @@ class Accelerator(
             non_blocking=config.non_blocking,
             use_stateful_dataloader=config.use_stateful_dataloader,
         )
+        if self.replica_training is not None:
+            prepared = self.replica_training.wrap_dataloader(data_loader, in_group=prepared)
         self._dataloaders.append(prepared)
         return self._remember(data_loader, prepared)
 
@@ -507,7 +525,13 @@ class Accelerator(
     # ------------------------------------------------------------------ process control
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
-        """A dataloader that skips its first ``num_batches`` batches (for mid-epoch resume)."""
+        """A dataloader that skips its first ``num_batches`` batches (for mid-epoch resume).
+
+        Under fault tolerance a training dataloader resumes at its loaded shared position by
+        itself, and is returned as it is.
+        """
+        if isinstance(dataloader, SharedPositionLoader):
+            return dataloader
         return skip_first_batches(dataloader, num_batches=num_batches)
 
     def free_memory(self, *objects: Any) -> list[Any]:

@@ -58,6 +58,7 @@ class CheckpointingMixin(JobFactsMixin):
     _optimizers: list[Any]
     _schedulers: list[Any]
     _dataloaders: list[Any]
+    replica_training: Any  # accel.replica_training.ReplicaGroupTraining | None
 
     def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without any wrapper (the Accelerator overrides this)."""
@@ -153,6 +154,9 @@ class CheckpointingMixin(JobFactsMixin):
             The checkpoint folder (a ``pathlib.Path``, as Accelerate returns), or the background
             save's handle.
         """
+        replicas = self.replica_training
+        if replicas is not None and not replicas.saves_checkpoints():
+            return self._folder_saved_by_another_group(output_dir)
         with record("save_state"):  # a process that saves alone is named in the timeout error
             models, optimizers, sharded = self.strategy.checkpoint_split(
                 self._models, self._optimizers
@@ -169,6 +173,20 @@ class CheckpointingMixin(JobFactsMixin):
                 safe_serialization=safe_serialization,
                 metadata={"step": self.step},
             )
+
+    def _folder_saved_by_another_group(self, output_dir: PathLike | None) -> Path:
+        """Where another replica group saves this state (it is written there once, not here)."""
+        config = self.project_configuration
+        if config.automatic_checkpoint_naming:
+            folder = config.checkpoint_dir()
+            config.iteration += 1
+            return folder
+        if output_dir is None:
+            raise AcceleratorConfigError(
+                "save_state needs output_dir, or project_config=ProjectConfiguration("
+                "project_dir=..., automatic_checkpoint_naming=True)."
+            )
+        return Path(output_dir)
 
     def load_state(
         self,

@@ -72,6 +72,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.strategy = strategy
         self.gradient_state = GradientState()
         self._step_was_skipped = False
+        #: Set under fault tolerance: averages the gradients across replica groups and says
+        #: whether the step is committed (else the optimizer does not step).
+        self.commit_gate: Callable[[torch.optim.Optimizer], bool] | None = None
         if device_placement and optimizer.state:
             self._move_state_to_parameter_devices()
 
@@ -133,6 +136,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
         """Step on synchronisation steps only (through the grad scaler under fp16)."""
         if not self.gradient_state.sync_gradients:
+            return
+        if self.commit_gate is not None and not self.commit_gate(self.optimizer):
+            self._step_was_skipped = True
             return
         if self.strategy is not None:
             self.strategy.before_optimizer_step(self.optimizer)
