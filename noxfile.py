@@ -315,9 +315,12 @@ def integration(session: nox.Session) -> None:
         "pytest",
         str(ROOT / "tests-integration"),
         # Sessions of their own run these: ecosystem (transformers, PEFT, TRL installed), slurm
-        # and ray (a real cluster), multihost (test hosts in network namespaces, as root).
+        # and ray (a real cluster), multihost (test hosts in network namespaces, as root), ft
+        # (torchft installed).
         "--ignore",
         str(ROOT / "tests-integration" / "ecosystem"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "ft"),
         "--ignore",
         str(ROOT / "tests-integration" / "clusters"),
         "--ignore",
@@ -654,6 +657,41 @@ def ray(session: nox.Session) -> None:
     session.run(
         "pytest",
         str(RAY_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
+FT_TESTS = ROOT / "tests-integration" / "ft"
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def ft(session: nox.Session) -> None:
+    """Per-step fault tolerance across replica groups (torchft) through ``accel launch``.
+
+    Replica groups on loopback train the everyday loop while single groups are SIGKILLed in
+    each phase of a step (forward, backward, the all-reduce across groups, between commit and
+    optimizer step, inside it, in ``save_state``, while healing); the survivors go on, the
+    killed group heals from them, and the replicas end bit-equal with every sample used in
+    exactly one committed step. DDP and FSDP2 groups, 3 groups, too few groups, a lost
+    lighthouse. Installed as a user does: ``accel[ft,fsdp]``. The jobs mostly wait on
+    heartbeats and timeouts, so the session runs beside the others under ``--parallel``.
+    """
+    session.install(
+        "-c",
+        CONSTRAINTS["cpu"],
+        *package_targets(PACKAGES),
+        f"{PACKAGES_DIR / 'accel'}[ft,fsdp]",
+        *TEST_TOOLS,
+    )
+    session.run(
+        "pytest",
+        str(FT_TESTS),
         "-p",
         "no:cacheprovider",
         "-rs",

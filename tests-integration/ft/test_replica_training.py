@@ -1,0 +1,320 @@
+"""Per-step fault tolerance across replica groups, through the real ``accel launch --ft_replicas``.
+
+Every job is the everyday loop (``ft_everyday.py``: train, evaluate, save_state each epoch,
+resume) in replica groups on loopback over gloo, with SIGKILLs planned in a phase of a step.
+What each job must show: the groups that were not killed run in one process throughout; the
+killed group is relaunched and heals from a live one; at the end every replica holds bit-equal
+model, optimizer and scheduler state; and over each epoch the committed steps used every
+sample exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import QUORUM_TIMEOUT_SEC, TIMEOUT_SEC
+
+from accel_state.testing import find_free_port
+
+HERE = Path(__file__).parent
+WORKER = HERE / "ft_everyday.py"
+SAMPLES = 96
+#: The lighthouse counts a silent group out after this (accel's default).
+HEARTBEAT_SEC = 5
+#: A job's hard limit: a hang fails the test instead of stalling CI.
+JOB_LIMIT = 420
+
+
+def accel() -> str:
+    """The ``accel`` console script beside this interpreter."""
+    return str(Path(sys.executable).with_name("accel"))
+
+
+def launch_flags(replicas: int, processes: int, restarts: int, *extra: str) -> list[str]:
+    """``accel launch`` of the worker in ``replicas`` groups of ``processes``."""
+    return [
+        accel(),
+        "launch",
+        "--cpu",
+        "--ft_replicas",
+        str(replicas),
+        "--num_processes",
+        str(processes),
+        "--max_restarts",
+        str(restarts),
+        *extra,
+    ]
+
+
+def run_job(
+    out: Path, env: dict[str, str], flags: list[str], *worker_args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the worker under ``flags`` to completion (hard limit :data:`JOB_LIMIT`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [*flags, str(WORKER), "--out", str(out), *worker_args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_LIMIT,
+        check=False,
+        start_new_session=True,
+    )
+
+
+def records(out: Path, replica: int, rank: int = 0) -> list[dict[str, Any]]:
+    """One process's step records, in order."""
+    path = out / f"steps-r{replica}-p{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def lives(out: Path, replica: int, rank: int = 0) -> list[int]:
+    """The PIDs a process of ``replica`` ran as, one per life."""
+    seen: dict[int, int] = {}
+    for record in records(out, replica, rank):
+        seen.setdefault(record["life"], record["pid"])
+    return [seen[life] for life in sorted(seen)]
+
+
+def finals(out: Path) -> dict[str, dict[str, Any]]:
+    """Each process's final model/optimizer/scheduler state, by file name."""
+    return {
+        path.name: torch.load(path, weights_only=False) for path in sorted(out.glob("final-*.pt"))
+    }
+
+
+def bit_equal(first: Any, second: Any) -> bool:
+    """Whether two nested states hold identical tensors and values."""
+    if isinstance(first, torch.Tensor):
+        return isinstance(second, torch.Tensor) and torch.equal(first, second)
+    if isinstance(first, dict):
+        return first.keys() == second.keys() and all(bit_equal(first[k], second[k]) for k in first)
+    if isinstance(first, (list, tuple)):
+        return len(first) == len(second) and all(map(bit_equal, first, second))
+    return bool(first == second)
+
+
+def assert_replicas_bit_equal(out: Path, replicas: int, processes: int) -> None:
+    """Rank r of every group ends with the same state (its shard, under FSDP2)."""
+    states = finals(out)
+    assert len(states) == replicas * processes, sorted(states)
+    for rank in range(processes):
+        reference = states[f"final-r0-p{rank}.pt"]
+        for replica in range(1, replicas):
+            other = states[f"final-r{replica}-p{rank}.pt"]
+            assert bit_equal(reference, other), f"replica {replica} rank {rank} differs"
+
+
+def assert_each_epoch_used_once(out: Path, epochs: range) -> None:
+    """The committed steps of each epoch (all records pooled) tile ``0..SAMPLES`` exactly."""
+    committed: dict[tuple[int, int], set[int]] = {}
+    for path in out.glob("steps-*.jsonl"):
+        for record in map(json.loads, path.read_text().splitlines()):
+            if record["committed"]:
+                committed.setdefault((record["epoch"], record["first"]), set()).add(record["count"])
+    assert {epoch for epoch, _ in committed} == set(epochs), sorted(committed)
+    for epoch in epochs:
+        position = 0
+        for first in sorted(first for at_epoch, first in committed if at_epoch == epoch):
+            counts = committed[(epoch, first)]
+            assert len(counts) == 1, f"epoch {epoch} at {first}: steps of sizes {counts}"
+            assert first == position, f"epoch {epoch}: samples {position}..{first} lost or reused"
+            position += counts.pop()
+        assert position == SAMPLES, f"epoch {epoch} ended at {position} of {SAMPLES}"
+
+
+def longest_stall(out: Path, replica: int) -> float:
+    """Seconds of the longest pause between two steps of one life of ``replica``."""
+    steps = records(out, replica)
+    return max(
+        later["time"] - earlier["time"]
+        for earlier, later in itertools.pairwise(steps)
+        if earlier["life"] == later["life"]
+    )
+
+
+def report(result: subprocess.CompletedProcess[str]) -> str:
+    """The job's output for an assertion message (its end, where failures are)."""
+    return f"exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+
+
+def test_kills_in_every_phase_of_a_step_then_a_fresh_launch_resumes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Replica 1 dies five times, ~3 steps after each rejoin; replica 0 never stops."""
+    out = tmp_path / "job"
+    phases = ["forward", "backward", "allreduce", "commit", "optimizer"]
+    kills = [f"--kill=1:{life}:{phase}:3" for life, phase in enumerate(phases)]
+    result = run_job(out, env, launch_flags(2, 1, len(phases)), "--epochs", "4", *kills)
+    assert result.returncode == 0, report(result)
+    assert len(lives(out, 0)) == 1, "the surviving group was restarted"
+    assert len(lives(out, 1)) == len(phases) + 1, lives(out, 1)
+    for life in range(1, len(phases) + 1):  # each relaunched life healed and committed
+        assert any(r["committed"] and r["life"] == life for r in records(out, 1)), life
+    survivor = records(out, 0)
+    assert sum(not r["committed"] for r in survivor) >= 1, "no step of the survivor failed"
+    assert longest_stall(out, 0) < HEARTBEAT_SEC + TIMEOUT_SEC + 2
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(4))
+    evaluations = [
+        json.loads(line) for line in (out / "evals-r0-p0.jsonl").read_text().splitlines()
+    ]
+    # Evaluation stays inside the group: its 40 samples in batches of 8, one loss per batch.
+    assert [e["n"] for e in evaluations] == [5] * 4
+
+    # A fresh launch resumes the whole job from the newest checkpoint, for one more epoch.
+    for path in out.glob("steps-*.jsonl"):
+        path.rename(path.with_suffix(".first"))
+    for path in out.glob("final-*.pt"):
+        path.unlink()
+    resumed = run_job(out, env, launch_flags(2, 1, 0), "--epochs", "5", "--resume")
+    assert resumed.returncode == 0, report(resumed)
+    assert {r["epoch"] for r in records(out, 0)} == {4}
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(4, 5))
+
+
+def test_three_groups_heal_through_killed_sources_targets_and_saves(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A healing group dies as its copy arrives, a heal source dies sending, a saver in save."""
+    out = tmp_path / "job"
+    kills = [
+        "--kill=2:0:forward:3",  # group 2 dies; its relaunch heals from a live group ...
+        "--kill=2:1:heal_target:0",  # ... and dies as the copy arrives; the next one heals
+        "--kill=*:0:heal_source:4",  # the first group asked to send a copy dies sending it
+        "--kill=*:*:save:0",  # the group writing the first checkpoint dies inside save_state
+    ]
+    result = run_job(out, env, launch_flags(3, 1, 4), "--epochs", "2", *kills)
+    assert result.returncode == 0, report(result)
+    claimed = sorted(path.name for path in out.glob("kill-*"))
+    assert claimed == [f"kill-{n}-rank0" for n in range(4)], claimed
+    relaunches = sum(len(lives(out, replica)) - 1 for replica in range(3))
+    assert relaunches == 4, [lives(out, replica) for replica in range(3)]
+    assert_replicas_bit_equal(out, 3, 1)
+    assert_each_epoch_used_once(out, range(2))
+    # The save cut short left only its hidden staging folder; every checkpoint is complete.
+    folders = sorted((out / "project" / "checkpoints").iterdir())
+    staging = [folder for folder in folders if folder.name.startswith(".")]
+    checkpoints = [folder for folder in folders if not folder.name.startswith(".")]
+    assert len(staging) == 1 and ".accel-tmp-" in staging[0].name, folders
+    assert checkpoints, "no checkpoint was written"
+    for folder in checkpoints:
+        assert (folder / "model.safetensors").is_file(), sorted(folder.iterdir())
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_groups_of_two_processes_lose_a_whole_group(
+    tmp_path: Path, env: dict[str, str], strategy: str
+) -> None:
+    """2 groups x 2 processes (DDP, or FSDP2 sharding inside each group): group 1 dies."""
+    out = tmp_path / "job"
+    extra = ("--use_fsdp", "--fsdp_version", "2") if strategy == "fsdp2" else ()
+    flags = launch_flags(2, 2, 1, *extra)
+    result = run_job(out, env, flags, "--kill=1:0:backward:3", "--kill_all_ranks")
+    assert result.returncode == 0, report(result)
+    for rank in range(2):
+        assert len(lives(out, 0, rank)) == 1
+        assert len(lives(out, 1, rank)) == 2
+    assert_replicas_bit_equal(out, 2, 2)
+    assert_each_epoch_used_once(out, range(2))
+
+
+def test_too_few_groups_commit_nothing_and_stop_with_a_message(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """``--ft_min_replicas 2`` with one group left: no step commits; the job ends, explained."""
+    out = tmp_path / "job"
+    flags = launch_flags(2, 1, 0, "--ft_min_replicas", "2")
+    started = time.monotonic()
+    result = run_job(out, env, flags, "--kill=1:0:forward:3")
+    assert result.returncode != 0, report(result)
+    assert time.monotonic() - started < JOB_LIMIT
+    output = result.stdout + result.stderr
+    assert "ReplicaQuorumError" in output and "min_replicas=2" in output, report(result)
+    assert "no restarts left" in output
+    survivor = records(out, 0)
+    assert any(r["committed"] for r in survivor)  # both groups trained together first
+    assert not survivor[-1]["committed"], "a step committed with one group of the two needed"
+    assert not (out / "final-r0-p0.pt").exists()
+
+
+def test_a_lost_lighthouse_ends_every_group_with_a_message(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Two launchers join a lighthouse of their own process; killing it ends both, explained."""
+    code = (
+        "import sys, time\n"
+        "from accel_state.torchft_api import start_lighthouse\n"
+        "lighthouse = start_lighthouse('127.0.0.1', 0, 1, heartbeat_timeout_ms=2000)\n"
+        "print(lighthouse.address, flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    groups: list[subprocess.Popen[bytes]] = []
+    try:
+        assert keeper.stdout is not None
+        address = keeper.stdout.readline().strip().removeprefix("http://")
+        out = tmp_path / "job"
+        out.mkdir()
+        for replica in range(2):
+            flags = [
+                accel(),
+                "launch",
+                "--cpu",
+                "--num_processes",
+                "1",
+                "--ft_lighthouse",
+                address,
+                "--ft_replica_id",
+                str(replica),
+                "--ft_replicas",
+                "2",
+                "--main_process_port",
+                str(find_free_port()),
+            ]
+            with (out / f"launcher-{replica}.log").open("w") as log:
+                groups.append(
+                    subprocess.Popen(
+                        [*flags, str(WORKER), "--out", str(out), "--epochs", "50"],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            paths = [out / f"steps-r{replica}-p0.jsonl" for replica in range(2)]
+            if all(p.exists() and len(p.read_text().splitlines()) >= 3 for p in paths):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the groups did not train 3 steps within 120 s")
+        keeper.kill()
+        killed_at = time.monotonic()
+        for group in groups:
+            group.wait(timeout=QUORUM_TIMEOUT_SEC + 60)
+        ended_after = time.monotonic() - killed_at
+        outputs = [(out / f"launcher-{replica}.log").read_text() for replica in range(2)]
+    finally:
+        keeper.kill()
+        for group in groups:
+            if group.poll() is None:
+                os.killpg(group.pid, signal.SIGKILL)
+    for group, output in zip(groups, outputs, strict=True):
+        assert group.returncode != 0, output[-4000:]
+        assert "ReplicaQuorumError" in output and "lighthouse" in output, output[-4000:]
+    assert ended_after < QUORUM_TIMEOUT_SEC + 60
