@@ -314,10 +314,6 @@ class ReplicaGroupTraining:
         accelerator.project_configuration.iteration = int(state["checkpoint_iteration"])
         _set_rng_states(state["rng"])
 
-    def shutdown(self) -> None:
-        """Leave the job's quorums (the other groups go on without this one)."""
-        self.manager.shutdown()
-
 
 def _refuse_unsupported(accelerator: Accelerator) -> None:
     if accelerator.distributed_type.value == "DEEPSPEED":
