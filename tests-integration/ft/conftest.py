@@ -9,9 +9,12 @@ import pytest
 
 from accel_state.testing.environ import without_launcher_variables
 
-#: torchft's timeouts for these jobs (seconds): collectives and commits, and quorums.
-TIMEOUT_SEC = 10
-QUORUM_TIMEOUT_SEC = 20
+#: torchft's timeouts for these jobs (seconds): collectives and commits, and quorums. Long
+#: enough for a relaunch on 2 busy cores (a process start, imports, a quorum, a heal); the
+#: tests of a job that must stop use a shorter quorum timeout (:data:`SHORT_QUORUM_TIMEOUT_SEC`).
+TIMEOUT_SEC = 20
+QUORUM_TIMEOUT_SEC = 60
+SHORT_QUORUM_TIMEOUT_SEC = 20
 
 
 @pytest.fixture

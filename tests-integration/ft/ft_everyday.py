@@ -3,8 +3,9 @@
 Run by ``accel launch --ft_replicas N``. The loop is an ordinary Accelerate-style loop; what is
 test-only is the record it leaves in ``--out`` and the planned failures:
 
-* ``steps-r<replica>-p<rank>.jsonl``: one line per optimizer step: life (relaunch count), pid,
-  the step's samples (epoch, first position, count), committed or not, participants, time;
+* ``steps-r<replica>-p<rank>.jsonl``: one line per optimizer step (``--accumulation``
+  micro-batches each): life (relaunch count), pid, the step's samples (epoch, first position,
+  count), committed or not, participants, time;
 * ``final-r<replica>-p<rank>.pt``: model, optimizer and scheduler state at the end;
 * ``evals-r<replica>-p<rank>.jsonl``: evaluation loss per epoch (gathered inside the group).
 
@@ -65,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="pause after a step with fewer groups than the job has (a relaunch takes seconds)",
     )
+    options.add_argument("--accumulation", type=int, default=1, help="micro-batches per step")
     options.add_argument("--kill", action="append", default=[])
     options.add_argument("--kill_all_ranks", action="store_true")
     options.add_argument("--resume", action="store_true", help="load the newest checkpoint")
@@ -116,9 +118,10 @@ def main() -> None:
     life = int(os.environ.get("ACCEL_FT_GROUP_RESTART_COUNT", "0"))
     set_seed(0)
     accelerator = Accelerator(
+        gradient_accumulation_steps=args.accumulation,
         project_config=ProjectConfiguration(
             project_dir=str(args.out / "project"), automatic_checkpoint_naming=True
-        )
+        ),
     )
     rank = accelerator.process_index
     killer = Killer(args.kill, args.out, replica, life, rank, args.kill_all_ranks)
@@ -175,23 +178,29 @@ def main() -> None:
     evals = (args.out / f"evals-r{replica}-p{rank}.jsonl").open("a")
     for epoch in range(starting_epoch, args.epochs):
         model.train()
+        step_first, step_count = -1, 0
         for inputs, targets, _ in train:
-            killer.point("forward")
-            loss = torch.nn.functional.mse_loss(model(inputs), targets)
-            killer.point("backward")
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
+            with accelerator.accumulate(model):
+                killer.point("forward")
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                killer.point("backward")
+                accelerator.backward(loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
             sample_epoch, first, count = train.batch_sampler.last_step_samples
+            step_first = first if step_count == 0 else step_first
+            step_count += count
+            if not accelerator.sync_gradients:
+                continue  # a micro-batch: the step goes on
             steps.write(
                 json.dumps(
                     {
                         "life": life,
                         "pid": os.getpid(),
                         "epoch": sample_epoch,
-                        "first": first,
-                        "count": count,
+                        "first": step_first,
+                        "count": step_count,
                         "committed": not accelerator.optimizer_step_was_skipped,
                         "participants": manager.participants,
                         "time": time.time(),
@@ -200,6 +209,7 @@ def main() -> None:
                 + "\n"
             )
             steps.flush()
+            step_count = 0
             killer.step += 1
             together = manager.participants == int(os.environ["ACCEL_FT_REPLICAS"])
             time.sleep(args.step_delay if together else args.solo_delay)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import QUORUM_TIMEOUT_SEC, TIMEOUT_SEC
+from conftest import SHORT_QUORUM_TIMEOUT_SEC, TIMEOUT_SEC
 
 from accel_state.testing import find_free_port
 
@@ -104,10 +104,19 @@ def bit_equal(first: Any, second: Any) -> bool:
     return bool(first == second)
 
 
-def assert_replicas_bit_equal(out: Path, replicas: int, processes: int) -> None:
-    """Rank r of every group ends with the same state (its shard, under FSDP2)."""
+def assert_replicas_bit_equal(
+    out: Path, replicas: int, processes: int, steps_before_launch: int = 0
+) -> None:
+    """Rank r of every group ends with the same state (its shard, under FSDP2).
+
+    The scheduler moved on committed steps only (of this launch, after those it resumed from).
+    """
     states = finals(out)
     assert len(states) == replicas * processes, sorted(states)
+    for name, state in states.items():
+        # A prepared scheduler steps once per process of the group per step (Accelerate's rule).
+        moves = state["scheduler"]["last_epoch"] - steps_before_launch
+        assert moves == state["committed_steps"] * processes, name
     for rank in range(processes):
         reference = states[f"final-r0-p{rank}.pt"]
         for replica in range(1, replicas):
@@ -115,8 +124,8 @@ def assert_replicas_bit_equal(out: Path, replicas: int, processes: int) -> None:
             assert bit_equal(reference, other), f"replica {replica} rank {rank} differs"
 
 
-def assert_each_epoch_used_once(out: Path, epochs: range) -> None:
-    """The committed steps of each epoch (all records pooled) tile ``0..SAMPLES`` exactly."""
+def assert_each_epoch_used_once(out: Path, epochs: range, samples: int = SAMPLES) -> None:
+    """The committed steps of each epoch (all records pooled) tile ``0..samples`` exactly."""
     committed: dict[tuple[int, int], set[int]] = {}
     for path in out.glob("steps-*.jsonl"):
         for record in map(json.loads, path.read_text().splitlines()):
@@ -130,7 +139,7 @@ def assert_each_epoch_used_once(out: Path, epochs: range) -> None:
             assert len(counts) == 1, f"epoch {epoch} at {first}: steps of sizes {counts}"
             assert first == position, f"epoch {epoch}: samples {position}..{first} lost or reused"
             position += counts.pop()
-        assert position == SAMPLES, f"epoch {epoch} ended at {position} of {SAMPLES}"
+        assert position == samples, f"epoch {epoch} ended at {position} of {samples}"
 
 
 def longest_stall(out: Path, replica: int) -> float:
@@ -175,13 +184,32 @@ def test_kills_in_every_phase_of_a_step_then_a_fresh_launch_resumes(
     # A fresh launch resumes the whole job from the newest checkpoint, for one more epoch.
     for path in out.glob("steps-*.jsonl"):
         path.rename(path.with_suffix(".first"))
+    steps_before = finals(out)["final-r0-p0.pt"]["committed_steps"]
     for path in out.glob("final-*.pt"):
         path.unlink()
     resumed = run_job(out, env, launch_flags(2, 1, 0), "--epochs", "5", "--resume")
     assert resumed.returncode == 0, report(resumed)
     assert {r["epoch"] for r in records(out, 0)} == {4}
-    assert_replicas_bit_equal(out, 2, 1)
+    assert_replicas_bit_equal(out, 2, 1, steps_before_launch=steps_before)
     assert_each_epoch_used_once(out, range(4, 5))
+
+
+def test_accumulation_counts_committed_steps_through_a_kill(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """3 micro-batches per step: a failed step's micro-batches all come again."""
+    out = tmp_path / "job"
+    flags = launch_flags(2, 1, 1)
+    worker_args = ("--samples", "192", "--accumulation", "3", "--kill=1:0:backward:2")
+    result = run_job(out, env, flags, *worker_args)
+    assert result.returncode == 0, report(result)
+    assert len(lives(out, 0)) == 1 and len(lives(out, 1)) == 2
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(2), samples=192)
+    # Steps are whole accumulations: 3 micro-batches of 4 per group taking part.
+    for record in records(out, 0):
+        expected = min(12 * record["participants"], 192 - record["first"])  # the epoch's end
+        assert record["count"] == expected, record
 
 
 def test_three_groups_heal_through_killed_sources_targets_and_saves(
@@ -199,8 +227,10 @@ def test_three_groups_heal_through_killed_sources_targets_and_saves(
     assert result.returncode == 0, report(result)
     claimed = sorted(path.name for path in out.glob("kill-*"))
     assert claimed == [f"kill-{n}-rank0" for n in range(4)], claimed
+    # Four planned deaths; under load a group can also time out once in the turmoil (and is
+    # relaunched): what must hold is below.
     relaunches = sum(len(lives(out, replica)) - 1 for replica in range(3))
-    assert relaunches == 4, [lives(out, replica) for replica in range(3)]
+    assert relaunches >= 4, [lives(out, replica) for replica in range(3)]
     assert_replicas_bit_equal(out, 3, 1)
     assert_each_epoch_used_once(out, range(2))
     # The save cut short left only its hidden staging folder; every checkpoint is complete.
@@ -235,6 +265,7 @@ def test_too_few_groups_commit_nothing_and_stop_with_a_message(
 ) -> None:
     """``--ft_min_replicas 2`` with one group left: no step commits; the job ends, explained."""
     out = tmp_path / "job"
+    env["TORCHFT_QUORUM_TIMEOUT_SEC"] = str(SHORT_QUORUM_TIMEOUT_SEC)
     flags = launch_flags(2, 1, 0, "--ft_min_replicas", "2")
     started = time.monotonic()
     result = run_job(out, env, flags, "--kill=1:0:forward:3")
@@ -253,6 +284,7 @@ def test_a_lost_lighthouse_ends_every_group_with_a_message(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     """Two launchers join a lighthouse of their own process; killing it ends both, explained."""
+    env["TORCHFT_QUORUM_TIMEOUT_SEC"] = str(SHORT_QUORUM_TIMEOUT_SEC)
     code = (
         "import sys, time\n"
         "from accel_state.torchft_api import start_lighthouse\n"
@@ -306,7 +338,7 @@ def test_a_lost_lighthouse_ends_every_group_with_a_message(
         keeper.kill()
         killed_at = time.monotonic()
         for group in groups:
-            group.wait(timeout=QUORUM_TIMEOUT_SEC + 60)
+            group.wait(timeout=SHORT_QUORUM_TIMEOUT_SEC + 60)
         ended_after = time.monotonic() - killed_at
         outputs = [(out / f"launcher-{replica}.log").read_text() for replica in range(2)]
     finally:
@@ -317,4 +349,4 @@ def test_a_lost_lighthouse_ends_every_group_with_a_message(
     for group, output in zip(groups, outputs, strict=True):
         assert group.returncode != 0, output[-4000:]
         assert "ReplicaQuorumError" in output and "lighthouse" in output, output[-4000:]
-    assert ended_after < QUORUM_TIMEOUT_SEC + 60
+    assert ended_after < SHORT_QUORUM_TIMEOUT_SEC + 60

@@ -261,9 +261,9 @@ class SharedPositionLoader:
         gradient_state.add_dataloader(self)
         try:
             for batch in loader:
-                if self.batch_sampler.last_batch:
-                    self.end_of_dataloader = True
-                    gradient_state.set_end_of_dataloader(True)
+                # A last batch whose step failed is followed by its samples again: not last.
+                self.end_of_dataloader = self.batch_sampler.last_batch
+                gradient_state.set_end_of_dataloader(self.end_of_dataloader)
                 yield batch if self.device is None else send_to_device(batch, self.device)
         finally:
             gradient_state.remove_dataloader(self)

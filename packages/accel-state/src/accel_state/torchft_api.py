@@ -162,7 +162,7 @@ class ReplicaManager:
             manager = self._manager
             raise ReplicaQuorumError(
                 f"replica group {self.replica_id} got no quorum for step "
-                f"{manager.current_step()} within {manager._quorum_timeout.total_seconds():g} s "
+                f"{manager.current_step()} within {self.quorum_timeout_s:g} s "
                 f"({type(error).__name__}: {error}). A step needs min_replicas="
                 f"{manager._min_replica_size} live replica groups and a reachable lighthouse "
                 f"({self.lighthouse}); start or relaunch the missing groups (accel launch "
@@ -193,6 +193,11 @@ class ReplicaManager:
         """This group's place among them (``None``: not taking part)."""
         rank = self._manager.participating_rank()
         return None if rank is None else int(rank)
+
+    @property
+    def quorum_timeout_s(self) -> float:
+        """Seconds a step waits for its quorum (``TORCHFT_QUORUM_TIMEOUT_SEC`` wins)."""
+        return float(self._manager._quorum_timeout.total_seconds())
 
     @property
     def committed_steps(self) -> int:

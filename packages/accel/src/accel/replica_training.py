@@ -194,7 +194,7 @@ class ReplicaGroupTraining:
         Raises:
             ReplicaQuorumError: No live group to heal from within the quorum timeout.
         """
-        deadline = time.monotonic() + self.plugin.quorum_timeout
+        deadline = time.monotonic() + self.manager.quorum_timeout_s
         while True:
             self.manager.start_step()
             if (
@@ -208,7 +208,7 @@ class ReplicaGroupTraining:
             if time.monotonic() > deadline:
                 raise ReplicaQuorumError(
                     f"replica group {self.plugin.replica_id} was relaunched but found no live "
-                    f"group to heal from within {self.plugin.quorum_timeout:g} s (each quorum "
+                    f"group to heal from within {self.manager.quorum_timeout_s:g} s (each quorum "
                     "held this group alone); it does not train from scratch beside a job that "
                     "has moved on. Check that the other groups are alive."
                 )
