@@ -229,7 +229,8 @@ def test_three_groups_heal_through_killed_sources_targets_and_saves(
     assert claimed == [f"kill-{n}-rank0" for n in range(4)], claimed
     # Four planned deaths; under load a group can also time out once in the turmoil (and is
     # relaunched): what must hold is below.
-    relaunches = sum(len(lives(out, replica)) - 1 for replica in range(3))
+    # (A life that died healing wrote no step: count the launcher's relaunches.)
+    relaunches = (result.stdout + result.stderr).count("relaunching it (restart")
     assert relaunches >= 4, [lives(out, replica) for replica in range(3)]
     assert_replicas_bit_equal(out, 3, 1)
     assert_each_epoch_used_once(out, range(2))

@@ -187,9 +187,9 @@ class ReplicaGroupTraining:
     def _start_step(self) -> None:
         """Form the step's quorum; a relaunched group first waits until it can heal.
 
-        A relaunched group holds no trained state: in a quorum of its own (the others busy in
-        a step, say) it would train from scratch apart from the job. Until it has healed from
-        a live group, it asks again instead.
+        A relaunched group holds no trained state: in a quorum without a trained group (alone,
+        or with other relaunched groups, while the others are busy in a step) it would train
+        from scratch apart from the job. Until it has healed from a live group, it asks again.
 
         Raises:
             ReplicaQuorumError: No live group to heal from within the quorum timeout.
@@ -197,19 +197,20 @@ class ReplicaGroupTraining:
         deadline = time.monotonic() + self.manager.quorum_timeout_s
         while True:
             self.manager.start_step()
+            # Healed (the job's step copied in), or every group is here (a job that failed
+            # before its first commit): anything else may be relaunched groups among themselves.
             if (
                 not self._relaunched
                 or self.manager.committed_steps > 0
-                or self.manager.participants > 1
-                or int(self.plugin.replicas or 1) == 1
+                or self.manager.participants >= int(self.plugin.replicas or 1)
             ):
                 self._relaunched = False
                 return
             if time.monotonic() > deadline:
                 raise ReplicaQuorumError(
                     f"replica group {self.plugin.replica_id} was relaunched but found no live "
-                    f"group to heal from within {self.manager.quorum_timeout_s:g} s (each quorum "
-                    "held this group alone); it does not train from scratch beside a job that "
+                    f"group to heal from within {self.manager.quorum_timeout_s:g} s (no quorum "
+                    "held a trained group); it does not train from scratch beside a job that "
                     "has moved on. Check that the other groups are alive."
                 )
             time.sleep(RELAUNCHED_RETRY_SECONDS)
