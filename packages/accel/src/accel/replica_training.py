@@ -24,15 +24,15 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel_ckpt.rng_state import capture_rng_states, restore_rng_states
 from accel_data.shared_position import SharedPositionLoader
-from accel_state import contract
+from accel_state import DistributedType, contract
 from accel_state.errors import ReplicaQuorumError
 from accel_state.torchft_api import ReplicaManager, create_replica_manager
 
@@ -291,7 +291,7 @@ class ReplicaGroupTraining:
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
             "step": accelerator.step,
             "checkpoint_iteration": accelerator.project_configuration.iteration,
-            "rng": _rng_states(),
+            "rng": capture_rng_states(),
         }
 
     def load_healing_state(self, state: dict[str, Any]) -> None:
@@ -313,11 +313,11 @@ class ReplicaGroupTraining:
             accelerator.scaler.load_state_dict(state["scaler"])
         accelerator.step = int(state["step"])
         accelerator.project_configuration.iteration = int(state["checkpoint_iteration"])
-        _set_rng_states(state["rng"])
+        restore_rng_states(state["rng"], "the healing copy")
 
 
 def _refuse_unsupported(accelerator: Accelerator) -> None:
-    if accelerator.distributed_type.value == "DEEPSPEED":
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
         raise UnsupportedFeatureError(
             "DeepSpeed with fault tolerance across replica groups: DeepSpeed's engine owns "
             "the gradients and the optimizer step, so a step cannot be left uncommitted. Use "
@@ -347,27 +347,3 @@ def _flatten_by_kind(
     for tensor in tensors:
         kinds.setdefault((tensor.device, tensor.dtype), []).append(tensor)
     return [(torch._utils._flatten_dense_tensors(members), members) for members in kinds.values()]
-
-
-def _rng_states() -> dict[str, Any]:
-    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state()
-    try:
-        import numpy
-
-        states["numpy"] = numpy.random.get_state()
-    except ImportError:
-        pass
-    return states
-
-
-def _set_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state(states["cuda"])
-    if "numpy" in states:
-        import numpy
-
-        numpy.random.set_state(states["numpy"])
