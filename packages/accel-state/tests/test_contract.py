@@ -12,6 +12,13 @@ def test_defaults_when_nothing_is_set():
     assert not contract.debug
 
 
+def test_every_variable_of_the_contract_has_a_meaning_for_the_docs():
+    """The docs' environment reference is generated from VARIABLE_DESCRIPTIONS."""
+    assert set(names.ALL_VARIABLES) <= set(names.VARIABLE_DESCRIPTIONS)
+    assert all(text.strip() for text in names.VARIABLE_DESCRIPTIONS.values())
+    assert all(name.isupper() for name in names.VARIABLE_DESCRIPTIONS)
+
+
 def test_round_trip_through_the_environment():
     contract = LaunchContract(
         mixed_precision="bf16",

@@ -184,7 +184,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         "-q",
         "--quiet",
         action="store_true",
-        help="Only print the workers' output and errors.",
+        help="Only print the workers' output and errors (hides the launcher's own messages "
+        "and torch elastic's info).",
     )
     _add(
         parser,
@@ -213,7 +214,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         resources,
         "--num_processes",
         type=int,
-        help="Processes in TOTAL across all machines (each runs num_processes // num_machines).",
+        help="Processes in TOTAL across all machines; each runs num_processes // num_machines, "
+        "which must divide evenly.",
     )
     _add(
         resources,

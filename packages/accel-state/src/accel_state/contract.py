@@ -5,52 +5,8 @@ workers with PyTorch's standard variables (``RANK``, ``WORLD_SIZE``, ``MASTER_AD
 variables below. This module is the only place that names or parses them: the launcher writes them with
 :meth:`LaunchContract.to_env` and workers read them with :meth:`LaunchContract.from_env`.
 
-=====================================  ===========================================================
-Variable                               Meaning
-=====================================  ===========================================================
-``ACCEL_MIXED_PRECISION``              ``no``, ``fp16``, ``bf16`` or ``fp8``
-``ACCEL_USE_CPU``                      force the CPU even when an accelerator is present
-``ACCEL_GRADIENT_ACCUMULATION_STEPS``  micro-steps per optimizer step (integer >= 1)
-``ACCEL_DEBUG_MODE``                   check shapes across ranks before each collective
-                                       (Accelerate's ``ACCELERATE_DEBUG_MODE`` is read too)
-``ACCEL_DYNAMO_BACKEND``               ``torch.compile`` backend, ``no`` to disable
-``ACCEL_DYNAMO_MODE``                  ``torch.compile`` mode (``default``, ``reduce-overhead``...)
-``ACCEL_DYNAMO_USE_FULLGRAPH``         ``torch.compile(fullgraph=...)``
-``ACCEL_DYNAMO_USE_DYNAMIC``           ``torch.compile(dynamic=...)``
-``ACCEL_USE_DEEPSPEED``                wrap models with DeepSpeed (Accelerate's
-                                       ``ACCELERATE_USE_DEEPSPEED`` is read too)
-``ACCEL_DEEPSPEED_CONFIG``             JSON object: the launcher's DeepSpeed settings
-``ACCEL_USE_FSDP``                     wrap models with FSDP (``ACCELERATE_USE_FSDP`` too)
-``ACCEL_FSDP_CONFIG``                  JSON object: the launcher's ``fsdp_*`` settings (without
-                                       it, Accelerate's ``FSDP_*`` variables, e.g.
-                                       ``FSDP_SHARDING_STRATEGY``, are read)
-``ACCEL_BACKEND``                      communication backend to use (``gloo``, ``nccl``, ``mpi``...)
-``ACCEL_PROCESS_GROUP_TIMEOUT``        seconds a collective may wait before every process raises
-                                       (``accel launch --collective_timeout``; default: see
-                                       :mod:`accel_state.process_group`)
-``ACCEL_DOWNCAST_BF16``                on XLA, store float32 tensors as bfloat16
-``ACCEL_USE_PARALLELISM_CONFIG``       build a ``ParallelismConfig`` (device mesh) in every
-                                       ``Accelerator`` (``ACCELERATE_USE_PARALLELISM_CONFIG`` too)
-``PARALLELISM_CONFIG_<FIELD>``         its settings, under Accelerate's own names:
-                                       ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``, ``_DP_SHARD_SIZE``,
-                                       ``_TP_SIZE``, ``_CP_SIZE``, ``_CP_BACKEND``,
-                                       ``_CP_COMM_STRATEGY``, ``_SP_SIZE``, ``_SP_BACKEND``,
-                                       ``_SP_SEQ_LENGTH``, ``_SP_SEQ_LENGTH_IS_VARIABLE``,
-                                       ``_SP_ATTN_IMPLEMENTATION``
-=====================================  ===========================================================
-
-``ACCEL_DYNAMO_USE_REGIONAL_COMPILATION`` (too long for the table): compile each repeated block
-once (``accel launch --dynamo_use_regional_compilation``; Accelerate's
-``ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`` is read too).
-
-Accelerate's spellings of the ``torch.compile`` settings, ``ACCELERATE_DYNAMO_BACKEND``,
-``ACCELERATE_DYNAMO_MODE``, ``ACCELERATE_DYNAMO_USE_FULLGRAPH`` and
-``ACCELERATE_DYNAMO_USE_DYNAMIC``, are read where accel's own variable is not set.
-``ACCELERATE_TORCH_DEVICE`` (Accelerate's name; ``ACCEL_TORCH_DEVICE`` too) names the device a
-worker computes on (``cuda:1``, ``cpu``...), overriding the automatic choice.
-
-``ACCEL_AS_ACCELERATE`` (``accel launch --as-accelerate``): accel's start-up hook makes
-``import accelerate`` give accel in every worker (see ``accel.accelerate_alias``).
+What each variable means is in :data:`VARIABLE_DESCRIPTIONS` (the documentation's environment
+reference is generated from it).
 
 Every worker also gets Accelerate's own variables for the same settings, with the values
 ``accelerate launch`` gives them (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_CPU``,
@@ -58,9 +14,7 @@ Every worker also gets Accelerate's own variables for the same settings, with th
 ``ACCELERATE_DEEPSPEED_*``...; see :mod:`accel_state.accelerate_env`): libraries such as
 transformers read those. Set by hand without accel's own, they are read too.
 
-Read too, written by torch elastic: ``TORCHELASTIC_RESTART_COUNT``, how many times the agent
-restarted the worker group; and by SLURM: ``SLURM_RESTART_COUNT``, how many times the job was
-requeued (after exiting with :data:`REQUEUE_EXIT_CODE`, say). ``restart_count`` is their sum.
+``restart_count`` is the sum of ``TORCHELASTIC_RESTART_COUNT`` and ``SLURM_RESTART_COUNT``.
 
 What flows back from workers to the launcher is written down here too: a worker that fails writes
 torch elastic's error file (``TORCHELASTIC_ERROR_FILE``); under ``extraInfo`` it may add
@@ -182,6 +136,54 @@ ALL_VARIABLES = (
     FT_GROUP_RESTART_COUNT,
     FT_LIGHTHOUSE,
 )
+
+#: What each variable of the contract means, for the documentation's environment reference (which
+#: is generated from this mapping, so a variable added to :data:`ALL_VARIABLES` without a meaning
+#: fails the docs build).
+VARIABLE_DESCRIPTIONS: dict[str, str] = {
+    MIXED_PRECISION: "`no`, `fp16`, `bf16` or `fp8`",
+    USE_CPU: "force the CPU even when an accelerator is present",
+    GRADIENT_ACCUMULATION_STEPS: "micro-steps per optimizer step (integer >= 1)",
+    DEBUG_MODE: "check shapes across ranks before each collective (Accelerate's "
+    "`ACCELERATE_DEBUG_MODE` is read too)",
+    DYNAMO_BACKEND: "`torch.compile` backend, `no` to disable (`ACCELERATE_DYNAMO_BACKEND` too)",
+    DYNAMO_MODE: "`torch.compile` mode: `default`, `reduce-overhead`... "
+    "(`ACCELERATE_DYNAMO_MODE` too)",
+    DYNAMO_USE_FULLGRAPH: "`torch.compile(fullgraph=...)` (`ACCELERATE_DYNAMO_USE_FULLGRAPH` too)",
+    DYNAMO_USE_DYNAMIC: "`torch.compile(dynamic=...)` (`ACCELERATE_DYNAMO_USE_DYNAMIC` too)",
+    DYNAMO_USE_REGIONAL_COMPILATION: "compile each repeated block once "
+    "(`accel launch --dynamo_use_regional_compilation`; "
+    "`ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION` too)",
+    USE_DEEPSPEED: "wrap models with DeepSpeed (`ACCELERATE_USE_DEEPSPEED` too)",
+    DEEPSPEED_CONFIG: "JSON object: the launcher's DeepSpeed settings",
+    USE_FSDP: "wrap models with FSDP (`ACCELERATE_USE_FSDP` too)",
+    FSDP_CONFIG: "JSON object: the launcher's `fsdp_*` settings (without it, Accelerate's "
+    "`FSDP_*` variables, e.g. `FSDP_SHARDING_STRATEGY`, are read)",
+    BACKEND: "communication backend: `gloo`, `nccl`, `mpi`...",
+    PROCESS_GROUP_TIMEOUT: "seconds a collective may wait before every process raises "
+    "(`accel launch --collective_timeout`)",
+    DOWNCAST_BF16: "on XLA, store float32 tensors as bfloat16",
+    USE_PARALLELISM_CONFIG: "build a `ParallelismConfig` (device mesh) in every `Accelerator` "
+    "(`ACCELERATE_USE_PARALLELISM_CONFIG` too); its settings come in "
+    "`PARALLELISM_CONFIG_<FIELD>` variables under Accelerate's names: "
+    + ", ".join(f"`PARALLELISM_CONFIG_{key.upper()}`" for key in PARALLELISM_CONFIG_KEYS),
+    FP8_BACKEND: "fp8 backend: `AO` (torchao), `TE` (TransformerEngine) or `MSAMP`",
+    FP8_CONFIG: "JSON object: the launcher's fp8 recipe settings (Accelerate's "
+    "`ACCELERATE_FP8_*` variables are read too)",
+    TORCH_DEVICE: "the device a worker computes on (`cuda:1`, `cpu`...), overriding the "
+    "automatic choice (`ACCELERATE_TORCH_DEVICE` too)",
+    FT_REPLICA_ID: "`accel launch --ft_replicas N`: this process's replica group, `0..N-1`",
+    FT_REPLICAS: "`accel launch --ft_replicas N`: how many replica groups the job has",
+    FT_MIN_REPLICAS: "`accel launch --ft_min_replicas K`: fewest replica groups a step commits "
+    "with",
+    FT_GROUP_RESTART_COUNT: "times this replica group was relaunched",
+    FT_LIGHTHOUSE: "torchft's own variable: the lighthouse's address (`http://host:port`)",
+    AS_ACCELERATE: "`accel launch --as-accelerate`: accel's start-up hook makes "
+    "`import accelerate` give accel in every Python process",
+    RESTART_COUNT: "written by torch elastic: restarts of the worker group so far",
+    SLURM_RESTART_COUNT: "written by SLURM: how many times the job was requeued (added to "
+    "`restart_count`)",
+}
 
 BACKENDS = ["gloo", "nccl", "mpi", "ccl", "xla", "xccl", "hccl"]
 FP8_BACKENDS = ["AO", "TE", "MSAMP"]
