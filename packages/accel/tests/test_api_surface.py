@@ -463,9 +463,7 @@ def test_surface_methods_on_real_processes(tmp_path, world_size):
 
 
 # ---------------------------------------------------------------- the coverage script
-def test_coverage_script_classifies_and_rewrites_only_its_readme_section(
-    tmp_path, capsys, coverage_script
-):
+def test_coverage_script_classifies_and_renders_the_coverage_page(capsys, coverage_script):
     script = coverage_script
 
     def theirs(a, b, c):
@@ -489,14 +487,9 @@ def test_coverage_script_classifies_and_rewrites_only_its_readme_section(
         script.Entry("accelerate", "Accelerator", "same", ""),
         script.Entry("accelerate.utils", "brand_new", "absent", ""),
     ]
-    section = script.render("9.9", entries)
-    readme = tmp_path / "README.md"
-    readme.write_text("# title\n\nbefore\n")
-    script.write_readme(section, readme)
-    script.write_readme(section.replace("9.9", "9.10"), readme)
-    text = readme.read_text()
-    assert text.startswith("# title\n\nbefore\n") and text.count(script.START) == 1
-    assert "Accelerate 9.10" in text
+    text = script.render("9.9", entries)
+    assert text.startswith("Compared with Accelerate 9.9:")
+    assert "| `accelerate` | 1 | 1 | 0 | 0 | 0 | 0 |" in text
     assert "| (no reason recorded) | `accelerate.utils`: `brand_new` |" in text
 
     assert script.main(["--check"], collector=lambda: ("9.9", entries)) == 1
