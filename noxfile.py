@@ -6,7 +6,7 @@ fails there. ``nox -t ci --parallel 2`` is what CI runs; its last session, ``ci_
 how long each session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
 
 Under ``--parallel``, sessions marked ``allow_parallel=True`` (those that mostly wait: test hosts,
-clusters, fresh installs, lint) run two at a time, and ``multihost`` is defined before the
+clusters, fresh installs, lint, the docs build) run two at a time, and ``multihost`` is defined before the
 CPU-bound ``torch_versions`` legs so that the two overlap; every other session runs alone.
 """
 
@@ -515,18 +515,18 @@ PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
 
 # Tests of Accelerate 1.15.0's unit suite that pass on Accelerate and fail on accel, each with its
-# reason: a deliberate difference named in the README's list, or what this machine lacks. Any
+# reason: a deliberate difference listed in docs/accelerate.md, or what this machine lacks. Any
 # other such test fails the session, and so does an entry whose test passes on accel.
 _TORCHDATA_STATE = (
-    "README, deliberately differs: a prepared loader's state_dict is accel's own resume record "
+    "docs/accelerate.md, deliberately differs: a prepared loader's state_dict is accel's own resume record "
     "even with use_stateful_dataloader=True; the test wants torchdata's dict, key for key"
 )
 PEER_UNIT_EXPECTED_FAILURES: dict[str, str] = {
     "test_cli.py::TpuConfigTester::test_base": (
-        "README, deliberately differs: tpu-config --debug prints the gcloud command shell-quoted"
+        "docs/accelerate.md, deliberately differs: tpu-config --debug prints the gcloud command shell-quoted"
     ),
     "test_utils.py::UtilsTester::test_honor_type": (
-        "README, deliberately differs: recursively_apply's TypeError also names where the leaf "
+        "docs/accelerate.md, deliberately differs: recursively_apply's TypeError also names where the leaf "
         "sits (data[1]); the test compares Accelerate's sentence verbatim"
     ),
     **{
@@ -869,6 +869,58 @@ def typecheck(session: nox.Session) -> None:
     install_packages(session, "cpu", PACKAGES, "mypy")
     sources = [str(PACKAGES_DIR / name / "src") for name in PACKAGES]
     session.run("mypy", "--config-file", str(ROOT / "mypy.ini"), *sources)
+
+
+DOCS_REQUIREMENTS = [
+    "mkdocs",
+    "mkdocs-material",
+    "mkdocstrings",
+    "mkdocstrings-python",
+    "mkdocs-gen-files",
+    "ruff",  # mkdocstrings formats signatures with it
+]
+# Quiet the notices MkDocs' plugins print about MkDocs' and Material's futures (see the note
+# in mkdocs.yml); they are not warnings about the site.
+DOCS_ENV = {"NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def docs(session: nox.Session) -> None:
+    """Build the docs site strictly into ``site/`` and check it against the code.
+
+    A broken link or reference fails the build; ``scripts/check_docs_site.py`` then fails on a
+    flag, config key, variable or public name missing from its reference page, or a page
+    missing from the nav's build or the search index.
+
+    The reference pages are generated from the code (scripts/docs_reference.py): the command
+    line from the parser, config keys from their dataclasses, variables from the launch
+    contract, the API from the docstrings, and the Accelerate paths from scripts/api_coverage.py,
+    which needs Accelerate installed (without its dependencies, as in ``api_coverage``).
+    """
+    session.install(
+        "-c",
+        CONSTRAINTS["cpu"],
+        *package_targets(PACKAGES),
+        *API_COVERAGE_REQUIREMENTS,
+        *DOCS_REQUIREMENTS,
+    )
+    session.install("--no-deps", "accelerate==1.15.0")
+    site = ROOT / "site"
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(ROOT / "mkdocs.yml"),
+        "--site-dir",
+        str(site),
+        env={**cpu_env(session), **DOCS_ENV},
+    )
+    session.log(f"docs: built {site} with 0 warnings (the build is strict)")
+    session.run(
+        "python", str(ROOT / "scripts" / "check_docs_site.py"), str(site), env=cpu_env(session)
+    )
 
 
 @nox.session

@@ -11,7 +11,7 @@ repository.
 
 A script that cannot run on a CPU machine without downloads or GPUs is listed with that reason.
 The last lines are a summary of every script x process count (pass, skipped with the reason, or an
-expected difference, each of which is in the README's "Where accel deliberately differs" list) and
+expected difference, each of which is in docs/accelerate.md's "deliberately differs" list) and
 a count line. The exit code is 1 when any outcome is not the expected one.
 
 ``--target accelerate`` runs the same scripts, unrenamed, on Accelerate itself (``nox -s
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+DIFFERENCES_PAGE = ROOT / "docs" / "accelerate.md"
 DIFFERS_HEADING = "## Where accel deliberately differs from Accelerate"
 ACCELERATE_VERSION = "1.15.0"
 WHEEL_NAME = f"accelerate-{ACCELERATE_VERSION}-py3-none-any.whl"
@@ -77,7 +77,7 @@ class PeerScript:
         skip: Why it cannot run on a CPU machine without downloads or GPUs (every count).
         skip_counts: The same, for one process count only.
         differs: Per process count, a deliberate difference that makes accel fail the script:
-            the README entry's opening words and a text the failure's output must contain (any
+            the docs/accelerate.md entry's opening words and a text the failure's output must contain (any
             other failure is unexpected).
         racy: Per process count, why the script's own outcome depends on process scheduling; a
             failed run is printed in full and run once more, and the summary says so.
@@ -446,12 +446,13 @@ def import_problems(root: Path) -> list[str]:
     return problems
 
 
-def readme_problems(scripts: Iterable[PeerScript]) -> list[str]:
-    """Expected differences whose entry is missing from the README's "deliberately differs" list."""
-    text = README.read_text()
+def differences_problems(scripts: Iterable[PeerScript]) -> list[str]:
+    """Expected differences whose entry is missing from docs/accelerate.md's list of differences."""
+    text = DIFFERENCES_PAGE.read_text()
     section = text[text.find(DIFFERS_HEADING) :].split("\n## ", 1)[0]
     return [
-        f"{script.path} x{count}: the README's {DIFFERS_HEADING!r} list has no entry {entry!r}"
+        f"{script.path} x{count}: the {DIFFERS_HEADING!r} list of {DIFFERENCES_PAGE.name} has "
+        f"no entry {entry!r}"
         for script in scripts
         for count, (entry, _) in script.differs.items()
         if entry not in section
@@ -527,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = extract_scripts(wheel, work, rename=args.target == "accel")
         if args.target == "accel":
-            problems += import_problems(root) + readme_problems(scripts)
+            problems += import_problems(root) + differences_problems(scripts)
         for script in scripts:
             for processes in sorted(args.processes):
                 outcome, problem = run_and_judge(script, processes, root, work, args.target)

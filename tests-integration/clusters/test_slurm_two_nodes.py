@@ -189,7 +189,7 @@ def test_preempting_the_two_node_job_saves_exits_75_requeues_and_ends_bit_equal(
     # One process per node: with DDP on 3 or more ranks the first step after any resume sums
     # gradients in another order than an uninterrupted run (DDP rebuilds its buckets in the
     # gradients' ready order after its first step; a resumed run takes its first step in the
-    # initial layout), so equality is exact on 2 ranks only (README: "Long jobs").
+    # initial layout), so equality is exact on 2 ranks only (docs/long-jobs/restarts.md).
     reference = tmp_path / "reference"
     reference.mkdir()
     job_id = two_nodes.submit(

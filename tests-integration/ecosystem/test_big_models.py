@@ -5,7 +5,7 @@ BERT, T5) x every ``from_pretrained(device_map=...)`` path with part of the mode
 case Accelerate loads must load on accel with the same device map and bit-equal outputs (which
 equal the in-memory model's in float32). Where Accelerate fails on this CPU-only machine (a PEFT
 adapter loaded onto a disk-offloaded model), accel's result must equal the in-memory model's; the
-README lists that difference. A wider Llama loaded 8-bit and 4-bit (NF4) through
+docs/accelerate.md lists that difference. A wider Llama loaded 8-bit and 4-bit (NF4) through
 ``BitsAndBytesConfig`` gives the same quantized layers and bit-equal outputs on both.
 """
 
@@ -90,7 +90,7 @@ def test_a_peft_adapter_loads_onto_an_offloaded_model(
     assert mine["outputs"] == mine["in_memory_outputs"]
     # Accelerate 1.15 on a machine without GPUs: PEFT re-dispatches the model, and Accelerate's
     # dispatch_model then moves it whole to the CPU with .to(), which fails on the disk-offloaded
-    # (meta) weights. The README's deliberate differences list this.
+    # (meta) weights. docs/accelerate.md's deliberate differences list this.
     assert not theirs["ok"] and "Cannot copy out of meta tensor" in theirs["error"], theirs
 
 

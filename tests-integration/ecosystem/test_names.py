@@ -329,7 +329,7 @@ def test_offloaded_peft_models_equal_the_in_memory_ones(
     assert merged["unmerged_outputs"] == merged["in_memory_unmerged_outputs"]
     assert merged["outputs"] == merged["in_memory_outputs"]
     # Accelerate 1.15 cannot load a PEFT adapter onto an offloaded model on a CPU-only machine
-    # (big_model_job.py's peft_adapter case; README, deliberate differences).
+    # (big_model_job.py's peft_adapter case; docs/accelerate.md, deliberate differences).
     assert not cases["accelerate"]["peft_merge_on_offloaded_model"]["ok"]
 
 
@@ -354,8 +354,8 @@ def test_dpo_reference_model_under_fsdp2_logs_what_ddp_logs(jobs: JobRunner) -> 
     """TRL shards DPO's reference model with ``prepare_fsdp`` (Accelerate: GPUs only).
 
     Under FSDP2 the reference model's summed log-probs differ from the policy's by about 5e-4
-    at the first step, where DDP has them equal (not explained yet; see the README's open
-    questions), and by up to 2e-3 after an update: losses agree within 1e-4, the log-probs,
+    at the first step, where DDP has them equal (not explained yet; see
+    docs/ecosystem.md), and by up to 2e-3 after an update: losses agree within 1e-4, the log-probs,
     logits and rewards within 1e-2. ``rewards/accuracies`` counts the signs of margins of that
     size and is left out.
     """

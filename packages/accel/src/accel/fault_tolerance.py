@@ -2,7 +2,7 @@
 
 * **Restarts.** ``accel launch --max_restarts N`` (torch elastic) restarts every worker when one
   dies; :attr:`FaultTolerance.restart_count` says how many times that happened, and the script
-  resumes from ``accelerator.latest_checkpoint()`` (see the README's "Long jobs").
+  resumes from ``accelerator.latest_checkpoint()`` (see docs/long-jobs/restarts.md).
 * **Preemption.** Schedulers send SIGTERM before they kill a job (SLURM, Kubernetes, cloud spot
   instances); ``accel launch`` forwards it to every worker. The first read of
   :meth:`FaultTolerance.should_stop` installs a SIGTERM handler that only raises a flag; each

@@ -135,8 +135,8 @@ class MachineBoard:
             f"machine 0 at {self.host}:{self.port} within {self.timeout} s ({error}). Check that "
             f"`accel launch` runs on machine 0 with --main_process_ip {self.host} "
             f"--main_process_port {self.port}, that this machine reaches {self.host}, and that "
-            f"TCP port {self.port} is open on machine 0 (README: ports and firewalls). The wait "
-            f"is {arrival_option(self.plan)}."
+            f"TCP port {self.port} is open on machine 0 (docs/clusters/several-machines.md, "
+            f"ports and firewalls). The wait is {arrival_option(self.plan)}."
         )
 
     def arrivals(self) -> dict[int, str]:
@@ -175,7 +175,8 @@ class MachineBoard:
             f"Start `accel launch` on every machine with --num_machines "
             f"{self.plan.num_machines} --main_process_ip {self.host} --main_process_port "
             f"{self.port}, and check that they reach {self.host} on TCP port {self.port} "
-            f"(README: ports and firewalls). The wait is {arrival_option(self.plan)}. "
+            f"(docs/clusters/several-machines.md, ports and firewalls). "
+            f"The wait is {arrival_option(self.plan)}. "
             f"[{type(error).__name__}: {backend_says}]"
         )
 
