@@ -701,7 +701,9 @@ def ft(session: nox.Session) -> None:
     )
 
 
-@nox.session(tags=["ci"])
+# allow_parallel: under --parallel it runs beside ``ft``, which mostly waits on heartbeats and
+# relaunches (its timeouts are sized for two busy cores); each launch here takes a free port.
+@nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def peer(session: nox.Session) -> None:
     """Accelerate 1.15's own test scripts and unit suite, renamed to accel, on the CPU.
