@@ -6,8 +6,9 @@ fails there. ``nox -t ci --parallel 2`` is what CI runs; its last session, ``ci_
 how long each session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
 
 Under ``--parallel``, sessions marked ``allow_parallel=True`` (those that mostly wait: test hosts,
-clusters, fresh installs, lint, the docs build) run two at a time, and ``multihost`` is defined before the
-CPU-bound ``torch_versions`` legs so that the two overlap; every other session runs alone.
+clusters, fresh installs, lint, the docs build) run two at a time, and ``multihost`` is defined
+before the CPU-bound ``torch_versions`` legs so that the two overlap; every other session runs
+alone.
 """
 
 from __future__ import annotations
@@ -518,16 +519,18 @@ PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
 # reason: a deliberate difference listed in docs/accelerate.md, or what this machine lacks. Any
 # other such test fails the session, and so does an entry whose test passes on accel.
 _TORCHDATA_STATE = (
-    "docs/accelerate.md, deliberately differs: a prepared loader's state_dict is accel's own resume record "
-    "even with use_stateful_dataloader=True; the test wants torchdata's dict, key for key"
+    "docs/accelerate.md, deliberately differs: a prepared loader's state_dict is accel's own "
+    "resume record even with use_stateful_dataloader=True; the test wants torchdata's dict, key "
+    "for key"
 )
 PEER_UNIT_EXPECTED_FAILURES: dict[str, str] = {
     "test_cli.py::TpuConfigTester::test_base": (
-        "docs/accelerate.md, deliberately differs: tpu-config --debug prints the gcloud command shell-quoted"
+        "docs/accelerate.md, deliberately differs: tpu-config --debug prints the gcloud command "
+        "shell-quoted"
     ),
     "test_utils.py::UtilsTester::test_honor_type": (
-        "docs/accelerate.md, deliberately differs: recursively_apply's TypeError also names where the leaf "
-        "sits (data[1]); the test compares Accelerate's sentence verbatim"
+        "docs/accelerate.md, deliberately differs: recursively_apply's TypeError also names "
+        "where the leaf sits (data[1]); the test compares Accelerate's sentence verbatim"
     ),
     **{
         f"test_data_loader.py::StatefulDataLoaderTester::test_{kind}stateful_dataloader_adapter_"

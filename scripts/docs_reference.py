@@ -118,7 +118,7 @@ def parser_section(path: str, parser: argparse.ArgumentParser, level: int) -> It
             ):
                 continue
             names = ", ".join(f"`{name}`" for name in action.option_strings) or f"`{action.dest}`"
-            help_text = (action.help or "") % vars(action) if action.help else ""
+            help_text = action.help % vars(action) if action.help else ""
             rows.append(
                 f"| {names} | {flag_value(action)} | {flag_default(action)} | {cell(help_text)} |"
             )

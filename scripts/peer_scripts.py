@@ -77,8 +77,8 @@ class PeerScript:
         skip: Why it cannot run on a CPU machine without downloads or GPUs (every count).
         skip_counts: The same, for one process count only.
         differs: Per process count, a deliberate difference that makes accel fail the script:
-            the docs/accelerate.md entry's opening words and a text the failure's output must contain (any
-            other failure is unexpected).
+            the docs/accelerate.md entry's opening words and a text the failure's output must
+            contain (any other failure is unexpected).
         racy: Per process count, why the script's own outcome depends on process scheduling; a
             failed run is printed in full and run once more, and the summary says so.
     """

@@ -245,7 +245,8 @@ def test_accelerates_literal_fp16_true_and_accumulation_one_need_agreeing_settin
     """Accelerate's own files write ``fp16.enabled: true`` and ``gradient_accumulation_steps: 1``.
 
     Under fp16 with one accumulation step they resolve as the "auto" copies do; otherwise accel
-    names both values (Accelerate keeps the file's silently: docs/accelerate.md, deliberate differences).
+    names both values (Accelerate keeps the file's silently: docs/accelerate.md, deliberate
+    differences).
     """
     literal = json.loads((TEMPLATES / "zero_stage2_config.json").read_text())
     literal["fp16"]["enabled"] = True
