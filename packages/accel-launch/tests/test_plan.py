@@ -53,6 +53,19 @@ def test_restarts_get_a_fresh_store_per_round():
     assert plan.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
+def test_each_agent_numbers_its_own_workers_unless_the_user_chose():
+    # Every machine runs the same number of processes: no store exchange after a round.
+    plan = plan_for("--cpu", "--num_processes", "2")
+    assert plan.env["TORCH_ELASTIC_WORKER_IDENTICAL"] == "1"
+    args = build_launch_parser().parse_args(["--cpu", "--num_processes", "2", SCRIPT])
+    chosen = build_plan(
+        args, None, {"CUDA_VISIBLE_DEVICES": "", "TORCH_ELASTIC_WORKER_IDENTICAL": "0"}
+    )
+    assert "TORCH_ELASTIC_WORKER_IDENTICAL" not in chosen.env  # the user's own value stays
+    single = plan_for("--cpu", "--num_processes", "1")
+    assert single.mode == "single" and "TORCH_ELASTIC_WORKER_IDENTICAL" not in single.env
+
+
 def test_num_processes_is_total_across_machines():
     plan = plan_for(
         "--cpu",

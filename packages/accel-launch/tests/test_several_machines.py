@@ -89,9 +89,12 @@ def test_machine_0_serves_the_board_and_names_who_arrived_and_who_did_not():
     try:
         assert main.server is not None
         assert list(main.arrivals()) == [0]
+        main.opened_at = time.monotonic() - 4.6  # as if it had waited that long
         text = main.describe_missing(TimeoutError("1/2 clients joined"))
-        assert "machine(s) 1 never arrived (arrived: machine 0: " in text
-        assert "--rdzv_conf timeout=SECONDS (default 600)" in text
+        assert (
+            "failed after 5 s of waiting: machine(s) 1 never arrived (arrived: machine 0: " in text
+        )
+        assert "The wait allowed is 5 s: --rdzv_conf timeout=SECONDS (default 600)" in text
         other = MachineBoard(two_machines("--machine_rank", "1", port=port))
         other.open()
         assert sorted(main.arrivals()) == [0, 1]
@@ -122,5 +125,25 @@ def test_a_store_error_after_every_machine_arrived_reads_as_the_main_machine_los
     board = MachineBoard(two_machines("--machine_rank", "1"))
     board.everyone_arrived = True  # what the watcher records once every arrival is posted
     text = board.describe_missing(RuntimeError("Connection reset by peer"))
-    assert text.startswith("accel launch: lost the rendezvous store at 127.0.0.1:29500 after")
-    assert "machine 0's launcher ended or its link is down" in text
+    assert text.startswith("accel launch: lost the rendezvous store at 127.0.0.1:29500 0 s after")
+    assert "(after every machine had arrived): machine 0's launcher ended or its link" in text
+
+
+def test_a_store_that_stops_answering_reads_as_its_launcher_lost_with_the_real_wait():
+    # An elastic (c10d) job posts no arrivals: the store's host is found gone by a probe.
+    port = _free_port()
+    serving = MachineBoard(two_machines("--rdzv_backend", "c10d", port=port))
+    serving.open()
+    joined = MachineBoard(
+        two_machines("--rdzv_backend", "c10d", "--rdzv_conf", "is_host=0", port=port)
+    )
+    joined.open()
+    assert joined.server is None and joined.store_answers()
+    serving.close()
+    joined.opened_at = time.monotonic() - 71.7
+    text = joined.describe_missing(RuntimeError("Connection reset by peer"))
+    assert text.startswith(
+        f"accel launch: lost the rendezvous store at 127.0.0.1:{port} 72 s after this launcher "
+        "started (gone): the launcher at 127.0.0.1 serving it ended or its link is down."
+    ), text
+    assert "arrived" not in text.split("[")[0]

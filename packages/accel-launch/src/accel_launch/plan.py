@@ -451,17 +451,33 @@ def _as_accelerate_env(args: argparse.Namespace) -> dict[str, str]:
     return {AS_ACCELERATE: "1"}
 
 
-def _restart_env(mode: str, rdzv_backend: str, max_restarts: int) -> dict[str, str]:
-    """With restarts, give every c10d round a fresh store.
+#: torch's agent computes worker ranks locally (every machine runs the same number of processes
+#: of one role) instead of a store exchange after each rendezvous round.
+IDENTICAL_WORKERS = "TORCH_ELASTIC_WORKER_IDENTICAL"
 
-    By default torch's c10d rendezvous shares one TCP store across rounds and workers do not
-    prefix their keys per attempt, so a restarted worker can read the address a dead worker of the
-    previous round published and fail to connect. Torch's opt-out makes rank 0 host a new store
-    each round.
+
+def _rendezvous_env(
+    mode: str, rdzv_backend: str, max_restarts: int, env: Mapping[str, str]
+) -> dict[str, str]:
+    """How torch's agents meet after each rendezvous round.
+
+    - Ranks are computed on each machine (``TORCH_ELASTIC_WORKER_IDENTICAL``; the user's own
+      setting wins): every machine of an ``accel launch`` job runs the same number of processes
+      of one role. torch's other way has the round's rank 0 agent wait in the store for every
+      other agent's entry, so a machine that stalls past its keep-alive right after joining a
+      round (and so is moved to the next one) left that agent waiting until the store's read
+      timeout, and the job failed instead of re-forming.
+    - With restarts, every c10d round gets a fresh store. By default torch's c10d rendezvous
+      shares one TCP store across rounds and workers do not prefix their keys per attempt, so a
+      restarted worker can read the address a dead worker of the previous round published and
+      fail to connect. Torch's opt-out makes rank 0 host a new store each round.
     """
-    if mode == ELASTIC and rdzv_backend == "c10d" and max_restarts > 0:
-        return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return {}
+    if mode != ELASTIC:
+        return {}
+    chosen = {} if IDENTICAL_WORKERS in env else {IDENTICAL_WORKERS: "1"}
+    if rdzv_backend == "c10d" and max_restarts > 0:
+        chosen["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return chosen
 
 
 def _check_gpus_suffice(
@@ -662,7 +678,7 @@ def build_plan(
     host = config.main_process_ip or "127.0.0.1"
     if num_machines == 1:
         # Like torchrun on one machine: a c10d store, on a port the OS picks unless one is given.
-        # (Static rendezvous would reuse one store across restarts; see _restart_env.)
+        # (Static rendezvous would reuse one store across restarts; see _rendezvous_env.)
         rdzv_backend, run_id = "c10d", uuid.uuid4().hex
         endpoint = _endpoint(host, config.main_process_port or 0)
     else:
@@ -673,7 +689,7 @@ def build_plan(
     worker_env = contract.to_env()
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
     worker_env.update(_intel_openmp_env(use_cpu, env))
-    worker_env.update(_restart_env(mode, rdzv_backend, config.max_restarts or 0))
+    worker_env.update(_rendezvous_env(mode, rdzv_backend, config.max_restarts or 0, env))
     worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
     worker_env.update(_feature_env(config, kind))
     worker_env.update(_as_accelerate_env(args))

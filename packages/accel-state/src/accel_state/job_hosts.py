@@ -10,6 +10,7 @@ not there yet is reported as unknown.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import socket
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +22,16 @@ def post_host(store: Any, rank: int, address: str | None) -> None:
     """Post this process's hostname and address under ``rank`` (errors are ignored)."""
     with contextlib.suppress(Exception):
         store.set(_KEY.format(rank=rank), f"{socket.gethostname()} {address or '?'}")
+
+
+def wait_for_hosts(store: Any, world_size: int, timeout: datetime.timedelta) -> None:
+    """Wait until every rank of ``world_size`` posted its host (they have all arrived).
+
+    Raises:
+        Exception: The store's own error when ``timeout`` passes first (or the store is gone).
+    """
+    if world_size > 1:
+        store.wait([_KEY.format(rank=rank) for rank in range(world_size)], timeout)
 
 
 def posted_hosts(store: Any, ranks: Iterable[int]) -> dict[int, str]:

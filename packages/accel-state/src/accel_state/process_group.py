@@ -8,6 +8,13 @@ compile and warm up for minutes) and :func:`lower_timeouts` brings every group d
 :data:`DEFAULT_TIMEOUT_SECONDS` once that step is done, as torchtitan does. PyTorch's own defaults
 are 30 minutes (gloo) and 10 minutes (NCCL).
 
+Waiting for the other processes to arrive when a group starts is not a collective: a peer may
+still be importing torch on a loaded machine, or its launcher may be re-forming an elastic round
+(torch's agent then restarts this process). So that wait is at least
+:data:`STARTUP_TIMEOUT_SECONDS` whatever the collective timeout; a peer that fails before it
+arrives is its launcher's to report (the agents, and ``accel launch``'s machine board, end the
+others at once).
+
 A group started here is also stopped here when the interpreter exits normally. Python aborts a
 process ("terminate called without an active exception") when a gloo worker thread still releases
 a finished collective's tensors while the interpreter shuts down; destroying the group first joins
@@ -35,7 +42,13 @@ from accel_state.cluster.base import ProcessLayout
 from accel_state.contract import flight_recorder_env
 from accel_state.errors import ProcessGroupError
 from accel_state.group_keeper import free_destroyed_groups, keep_groups
-from accel_state.job_hosts import machine_of, post_host, posted_hosts, ranks_by_host
+from accel_state.job_hosts import (
+    machine_of,
+    post_host,
+    posted_hosts,
+    ranks_by_host,
+    wait_for_hosts,
+)
 from accel_state.network import choose_interface, local_address
 
 #: The collective timeout once the first training step is done, unless one was given: 5 minutes.
@@ -128,6 +141,15 @@ def lower_timeouts(timeout: datetime.timedelta) -> int:
     return changed
 
 
+def arrival_timeout(timeout: datetime.timedelta) -> datetime.timedelta:
+    """How long a starting group waits for its processes to arrive.
+
+    That is ``timeout``, and never less than :data:`STARTUP_TIMEOUT_SECONDS` (see the module
+    docstring).
+    """
+    return max(timeout, datetime.timedelta(seconds=STARTUP_TIMEOUT_SECONDS))
+
+
 def start_process_group(
     layout: ProcessLayout,
     backend: str,
@@ -139,7 +161,8 @@ def start_process_group(
     Args:
         layout: Ranks and rendezvous address.
         backend: Communication backend (``gloo``, ``nccl``, ``xla``...).
-        timeout: How long any collective may wait before failing.
+        timeout: How long any collective may wait before failing (the wait for the other
+            processes to arrive is :func:`arrival_timeout` of it).
         device: The process's device; a CUDA device is bound to the group eagerly.
 
     Returns:
@@ -177,6 +200,7 @@ def start_process_group(
             os.environ.setdefault(name, value)
     if backend != "xla":
         _choose_interface(layout)
+    arrival = arrival_timeout(timeout)
     free_destroyed_groups()
     _import_modules_that_capture_the_group()
     _starting.set()
@@ -186,8 +210,11 @@ def start_process_group(
         if backend == "xla":
             rendezvous_args: dict[str, Any] = {"init_method": init_method}
         else:
-            store = _generation_store(init_method, layout, timeout)
+            store = _generation_store(init_method, layout, arrival)
             post_host(store, layout.rank, local_address(layout.master_addr, os.environ))
+            # Every process is there before the backend's own exchange, which waits only the
+            # collective timeout for each peer.
+            wait_for_hosts(store, layout.world_size, arrival)
             rendezvous_args = {"store": store}
         dist.init_process_group(
             backend=backend,
@@ -201,10 +228,12 @@ def start_process_group(
         raise ProcessGroupError(
             f"Could not start the {backend} process group as rank {layout.rank} of "
             f"{layout.world_size} via {init_method} (from the {layout.source} environment): "
-            f"{error}{_missing_ranks(store, layout, timeout)}"
+            f"{error}{_missing_ranks(store, layout, arrival)}"
         ) from error
     finally:
         _starting.clear()
+    if store is not None:
+        store.set_timeout(timeout)  # from now on the store serves the job's collectives
     _job_store = store
     global _started_here
     _started_here = True

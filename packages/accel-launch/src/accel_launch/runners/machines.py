@@ -40,6 +40,8 @@ DEFAULT_ARRIVAL_TIMEOUT = 600
 WATCH_INTERVAL = 1.0
 #: How long posting this machine's failure may take before the launcher exits without it.
 POST_TIMEOUT = 5.0
+#: How long a failed launcher waits to learn whether the store's host still accepts connections.
+PROBE_TIMEOUT = 3.0
 _ARRIVED = "accel/launch/{run_id}/machine/{index}"
 _ARRIVALS = "accel/launch/{run_id}/arrivals"
 _FAILED = "accel/launch/{run_id}/failed"
@@ -83,6 +85,7 @@ class MachineBoard:
         self.client: Any = None
         self.peer_failure: str | None = None
         self.everyone_arrived = False  # seen by the watcher: a later store error is a loss
+        self.opened_at: float | None = None  # time.monotonic() when the board was opened
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -99,6 +102,7 @@ class MachineBoard:
         """
         from torch._C._distributed_c10d import TCPStore
 
+        self.opened_at = time.monotonic()
         wait = datetime.timedelta(seconds=self.timeout)
         if _serves_store(self.plan, self.host):
             with contextlib.suppress(RuntimeError, ValueError, TimeoutError):  # port taken
@@ -149,16 +153,36 @@ class MachineBoard:
                     found[index] = self.client.get(key).decode()
         return found
 
+    def waited(self) -> float:
+        """Seconds since the board was opened (when this launcher began to rendezvous)."""
+        return 0.0 if self.opened_at is None else time.monotonic() - self.opened_at
+
+    def store_answers(self) -> bool:
+        """Whether the store's host still accepts a connection (a short probe, never blocks long)."""
+        if self.server is not None:
+            return True
+        try:
+            with socket.create_connection((self.host, self.port), timeout=PROBE_TIMEOUT):
+                return True
+        except OSError:
+            return False
+
     def describe_missing(self, error: BaseException) -> str:
         """Why the rendezvous failed: which machines arrived and which never did.
 
-        Once every machine had arrived, a store error means the store's machine was lost.
+        A store error once every machine had arrived, or while the store no longer answers,
+        means the store's launcher was lost (it ended, or its link is down): not a machine that
+        never came. Either way the message says how long this launcher had been running.
         """
         backend_says = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        if self.everyone_arrived:
+        waited = self.waited()
+        if self.everyone_arrived or not self.store_answers():
+            when = "after every machine had arrived" if self.everyone_arrived else "gone"
+            static = self.plan.rdzv_backend == "static"
+            host = "machine 0's launcher" if static else f"the launcher at {self.host} serving it"
             return (
-                f"accel launch: lost the rendezvous store at {self.host}:{self.port} after every "
-                f"machine had arrived: machine 0's launcher ended or its link is down. Its own "
+                f"accel launch: lost the rendezvous store at {self.host}:{self.port} {waited:.0f} s "
+                f"after this launcher started ({when}): {host} ended or its link is down. Its own "
                 f"output says which. [{type(error).__name__}: {backend_says}]"
             )
         arrived = self.arrivals()
@@ -171,12 +195,12 @@ class MachineBoard:
             never = f"{len(arrived)} machine(s) arrived, {fewest} needed"
         return (
             f"accel launch: the {self.plan.rdzv_backend} rendezvous at {self.host}:{self.port} "
-            f"failed after waiting {self.timeout} s: {never} (arrived: {joined or 'none'}). "
+            f"failed after {waited:.0f} s of waiting: {never} (arrived: {joined or 'none'}). "
             f"Start `accel launch` on every machine with --num_machines "
             f"{self.plan.num_machines} --main_process_ip {self.host} --main_process_port "
             f"{self.port}, and check that they reach {self.host} on TCP port {self.port} "
             f"(docs/clusters/several-machines.md, ports and firewalls). "
-            f"The wait is {arrival_option(self.plan)}. "
+            f"The wait allowed is {self.timeout} s: {arrival_option(self.plan)}. "
             f"[{type(error).__name__}: {backend_says}]"
         )
 
