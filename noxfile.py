@@ -5,10 +5,13 @@ together with only the sibling packages its pyproject declares, so a missing dep
 fails there. ``nox -t ci --parallel 2`` is what CI runs; its last session, ``ci_times``, prints
 how long each session took (and its pytest counts) and writes the same to ``.nox/ci-times.json``.
 
-Under ``--parallel``, sessions marked ``allow_parallel=True`` (those that mostly wait: test hosts,
-clusters, fresh installs, lint, the docs build) run two at a time, and ``multihost`` is defined
-before the CPU-bound ``torch_versions`` legs so that the two overlap; every other session runs
-alone.
+Under ``--parallel 2`` every session but ``ci_times`` may run beside another, and nox starts
+them in the order they are defined here, so the order is the schedule: ``deepspeed_ops`` first
+(the DeepSpeed builds the later sessions install), ``multihost`` (mostly waiting on timeouts)
+beside accel's CPU tests, the other package legs, then sessions that mostly wait (``slurm``,
+``ft``, ``ray``) defined between the CPU-bound ones (``integration``, ``ecosystem``, the
+``torch_versions`` legs, ``peer``), so that one's waiting overlaps the other's computing. The
+quick checks come last, and ``ci_times``, alone at the end, reports.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
-import hashlib
 import importlib.util
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -55,16 +58,11 @@ TEST_TOOLS = ["pytest", "pytest-timeout"]
 TEST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "PYTHONDONTWRITEBYTECODE": ""}
 # The CPU legs mean CPU on any machine: no GPU is visible to them, so a contributor's GPU
 # workstation runs the same tests as CI (the cuda leg selects the tests that need a GPU).
-# DeepSpeed there uses its CPU accelerator. Sessions pass cpu_env(session), which adds where
-# DeepSpeed's C++ ops are built.
+# DeepSpeed there uses its CPU accelerator, with its C++ ops compiled in ahead of time (see
+# deepspeed_wheel). Sessions pass cpu_env(session), which adds the session's own, emptied
+# TORCH_EXTENSIONS_DIR: a test that compiles an op at run time leaves it there, and the session
+# fails naming it (see timed).
 CPU_ENV = {**TEST_ENV, "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
-# DeepSpeed's C++ ops are built (about 35 s of both cores per op) into a cache that outlives the
-# venvs, one folder per venv below this base: the build commands hold the venv's absolute paths,
-# so venvs sharing one folder rebuilt every op on each switch and evicted each other's builds.
-# A TORCH_EXTENSIONS_DIR of the caller's environment is taken as the base.
-TORCH_EXTENSIONS_BASE = Path(
-    os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "accel-torch-extensions"
-)
 # Each supported way to install, the script that proves it works, and how the script is run.
 INSTALL_CHECKS_DIR = ROOT / "tests-integration" / "install"
 INSTALLS = {
@@ -133,21 +131,34 @@ def junit_args(session: nox.Session) -> list[str]:
     return [f"--junitxml={junit_path(session)}"]
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU time of this process's finished, waited-for children (and theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(session_function: Callable[..., None]) -> Callable[..., None]:
     """Record the session's wall time, outcome and pytest counts for ci_times.
 
     Goes under ``@nox.session``/``@nox.parametrize``. The outcome is read from what the session
-    raises (session.skip() -> skipped, anything else -> failed), which is re-raised for nox.
+    raises (session.skip() -> skipped, anything else -> failed), which is re-raised for nox. The
+    session's ``TORCH_EXTENSIONS_DIR`` starts empty, and a C++ op compiled into it by the
+    session's tests fails the session (:func:`fail_on_compiled_extensions`).
     """
 
     @functools.wraps(session_function)
     def run_timed(session: nox.Session, **params: Any) -> None:
         started = time.time()
+        cpu_before = children_cpu_seconds()
         junit = junit_path(session)
         junit.unlink(missing_ok=True)  # counts only from this run's pytest
+        extensions = torch_extensions_dir(session)
+        if extensions is not None:
+            shutil.rmtree(extensions, ignore_errors=True)  # what this run compiles, if anything
         result = session_times.FAILED
         try:
             session_function(session, **params)
+            fail_on_compiled_extensions(session)
             result = session_times.SUCCESS
         except SessionSkipped:
             result = session_times.SKIPPED
@@ -161,6 +172,7 @@ def timed(session_function: Callable[..., None]) -> Callable[..., None]:
                 setup_seconds=session_times.setup_gap(earlier, started, RUN_STARTED),
                 tests=session_times.read_junit_counts(junit),
                 started=started,
+                cpu_seconds=children_cpu_seconds() - cpu_before,
             )
             session_times.save_record(SESSION_RECORDS, entry)
 
@@ -206,6 +218,83 @@ def install_packages(session: nox.Session, backend: str, packages: list[str], *e
     session.install("-c", CONSTRAINTS[backend], *package_targets(packages), *TEST_TOOLS, *extra)
 
 
+deepspeed_builds = load_script_module("deepspeed_builds")
+
+
+def deepspeed_wheel(
+    session: nox.Session,
+    constraints: str = CONSTRAINTS["cpu"],
+    ops: tuple[str, ...] = deepspeed_builds.ALL_OPS,
+) -> list[str]:
+    """Install arguments that take DeepSpeed from a wheel with ``ops`` compiled in.
+
+    The wheel is built once per DeepSpeed, torch (both as ``constraints`` pins them) and Python,
+    in a venv of its own, and kept in ``scripts/deepspeed_builds.py``'s cache, so no venv and no
+    test compiles these ops again. Under ``nox --parallel`` a second session waits for the first
+    one's build (a file lock). The ``deepspeed_ops`` sessions build them first in CI.
+    """
+    torch_version = deepspeed_builds.pinned(Path(constraints), "torch")
+    version = deepspeed_builds.pinned(Path(CONSTRAINTS["cpu"]), "deepspeed")
+    python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    folder = deepspeed_builds.wheel_folder(version, torch_version, python_tag, ops)
+    with deepspeed_builds.build_lock(folder):
+        wheel = deepspeed_builds.built_wheel(folder)
+        if wheel is None:
+            started = time.time()
+            wheel = build_deepspeed_wheel(session, constraints, version, folder, ops)
+            session.log(
+                f"deepspeed ops: built {wheel.name} with {', '.join(ops)} compiled in, for torch "
+                f"{torch_version}, in {time.time() - started:.0f} s ({folder})"
+            )
+        else:
+            session.log(
+                f"deepspeed ops: {wheel.name} for torch {torch_version} is built ({folder})"
+            )
+    reinstall = ["--reinstall-package", "deepspeed"] if session.venv_backend == "uv" else []
+    return ["--find-links", str(folder), *reinstall]
+
+
+def build_deepspeed_wheel(
+    session: nox.Session, constraints: str, version: str, folder: Path, ops: tuple[str, ...]
+) -> Path:
+    """Build DeepSpeed ``version``'s wheel with ``ops`` compiled in, into ``folder``.
+
+    setup.py compiles against the torch it imports, so the build runs without isolation in a
+    venv holding the pinned torch and DeepSpeed's own requirements (beside nox's venvs).
+    """
+    torch_version = deepspeed_builds.pinned(Path(constraints), "torch")
+    python = side_venv_python(
+        session,
+        ROOT / ".nox" / f"deepspeed-ops-build-torch-{torch_version}",
+        ["torch", f"deepspeed=={version}", "setuptools", "wheel", "pip"],
+        constraints,
+    )
+    staging = folder.with_name(folder.name + ".building")
+    shutil.rmtree(staging, ignore_errors=True)
+    session.run(
+        python,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-binary",
+        "deepspeed",
+        "--quiet",
+        "--wheel-dir",
+        str(staging),
+        f"deepspeed=={version}",
+        env=deepspeed_builds.build_env(ops, jobs=os.cpu_count() or 1),
+        external=True,
+    )
+    built = deepspeed_builds.built_wheel(staging)
+    if built is None:
+        session.error(f"deepspeed ops: pip wheel wrote no DeepSpeed wheel into {staging}")
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.replace(folder)
+    return folder / built.name
+
+
 def install_over_system_torch(session: nox.Session, packages: list[str]) -> None:
     """Make the machine's CUDA build of torch visible in the venv, then add our packages.
 
@@ -241,97 +330,50 @@ def nvidia_gpu_present() -> bool:
     return shutil.which("nvidia-smi") is not None and Path("/dev/nvidia0").exists()
 
 
-def torch_extensions_dir(session: nox.Session) -> Path:
-    """This session venv's own folder of DeepSpeed's built ops (see ``TORCH_EXTENSIONS_BASE``).
+def torch_extensions_dir(session: nox.Session) -> Path | None:
+    """Where torch would compile C++ extensions for this session (None without a venv).
 
-    Named by the first 12 hex digits of the sha256 of the venv's path, so it outlives the venv
-    and a recreated venv at the same path finds its ops again.
+    Inside the session's venv, emptied by ``timed`` when the session starts.
     """
-    venv = getattr(session.virtualenv, "location", None) or Path(session.bin).parent
-    digest = hashlib.sha256(str(Path(venv).resolve()).encode()).hexdigest()[:12]
-    return TORCH_EXTENSIONS_BASE / digest
+    venv = getattr(session.virtualenv, "location", None)
+    return Path(venv) / "tmp" / "torch-extensions" if venv else None
 
 
 def cpu_env(session: nox.Session) -> dict[str, str]:
-    """``CPU_ENV`` plus the session venv's own ``TORCH_EXTENSIONS_DIR``."""
-    return {**CPU_ENV, "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir(session))}
+    """``CPU_ENV`` plus the session's own ``TORCH_EXTENSIONS_DIR``."""
+    extensions = torch_extensions_dir(session)
+    return {**CPU_ENV, **({"TORCH_EXTENSIONS_DIR": str(extensions)} if extensions else {})}
 
 
-def remove_stale_build_locks(session: nox.Session) -> None:
-    """Delete DeepSpeed build locks left in the venv's extensions cache by a killed compile.
+def fail_on_compiled_extensions(session: nox.Session) -> None:
+    """Fail the session when its tests compiled a C++ op at run time (see ``deepspeed_wheel``)."""
+    extensions = torch_extensions_dir(session)
+    compiled = deepspeed_builds.built_extensions(extensions) if extensions else []
+    if compiled:
+        session.error(
+            f"tests compiled {', '.join(compiled)} at run time (in {extensions}): install DeepSpeed "
+            "through deepspeed_wheel() with those ops in its list, or use torch optimizers"
+        )
 
-    Every DeepSpeed job would otherwise wait for such a lock forever (torch never times out on
-    it). Only locks no process on this machine holds go; accel warns users about the same locks.
+
+@nox.session(python=False, allow_parallel=True)
+@nox.parametrize(
+    "release", [nox.param(name, tags=["ci"]) for name in ["pinned", "newest", "oldest"]]
+)
+@timed
+def deepspeed_ops(session: nox.Session, release: str) -> None:
+    """Build DeepSpeed's CPU ops into a wheel once, for the torch the sessions install.
+
+    ``pinned`` is ``constraints/cpu.txt``'s torch (every ops DeepSpeed's tests use); ``newest``
+    and ``oldest`` are the torch_versions legs' releases (the ops their subset loads). Defined
+    first, so CI builds them before the sessions that install DeepSpeed; each of those builds
+    its wheel itself when run alone (see ``deepspeed_wheel``).
     """
-    session.run("python", "-m", "accel.utils.build_locks", "--remove", env=cpu_env(session))
-
-
-@nox.session
-@nox.parametrize("backend", [nox.param(b, tags=["ci"]) for b in BACKENDS])
-@nox.parametrize("package", PACKAGES)
-@timed
-def tests(session: nox.Session, package: str, backend: str) -> None:
-    """Run one package's tests on one backend; hardware legs select only their marked tests."""
-    tests_dir = PACKAGES_DIR / package / "tests"
-    pytest_args = [
-        "pytest",
-        str(tests_dir),
-        "-p",
-        "no:cacheprovider",
-        *junit_args(session),
-        *session.posargs,
-    ]
-    env = cpu_env(session) if backend == "cpu" else dict(TEST_ENV)
-    if backend == "cuda":
-        if not nvidia_gpu_present():
-            session.skip(
-                "cuda leg: no NVIDIA GPU on this machine (nvidia-smi or /dev/nvidia0 missing)"
-            )
-        pytest_args += ["-m", "cuda"]
-    elif backend == "xla":
-        if platform.system() != "Linux" or platform.machine() != "x86_64":
-            session.skip(
-                f"xla leg: torch_xla wheels exist for Linux x86_64, not {platform.platform()}"
-            )
-        pytest_args += ["-m", "xla"]
-        env["PJRT_DEVICE"] = os.environ.get("PJRT_DEVICE", "CPU")
-    if backend == "cuda":
-        install_over_system_torch(session, local_closure(package))
+    if release == "pinned":
+        deepspeed_wheel(session)
     else:
-        install_packages(session, backend, local_closure(package), *xla_requirements(backend))
-    if backend == "cpu" and package == "accel":
-        remove_stale_build_locks(session)
-    # Exit code 5 (no tests collected) passes only on the cuda leg, whose GPU tests not every
-    # package has yet; every package has xla tests, so an empty xla leg is a failure.
-    session.run(*pytest_args, env=env, success_codes=[0, 5] if backend == "cuda" else [0])
-
-
-@nox.session(tags=["ci"])
-@timed
-def integration(session: nox.Session) -> None:
-    """Cross-package, multi-process and CLI end-to-end tests (the example needs scikit-learn)."""
-    install_packages(session, "cpu", PACKAGES, "scikit-learn")
-    remove_stale_build_locks(session)
-    session.run(
-        "pytest",
-        str(ROOT / "tests-integration"),
-        # Sessions of their own run these: ecosystem (transformers, PEFT, TRL installed), slurm
-        # and ray (a real cluster), multihost (test hosts in network namespaces, as root), ft
-        # (torchft installed).
-        "--ignore",
-        str(ROOT / "tests-integration" / "ecosystem"),
-        "--ignore",
-        str(ROOT / "tests-integration" / "ft"),
-        "--ignore",
-        str(ROOT / "tests-integration" / "clusters"),
-        "--ignore",
-        str(ROOT / "tests-integration" / "multihost"),
-        "-p",
-        "no:cacheprovider",
-        *junit_args(session),
-        *session.posargs,
-        env=cpu_env(session),
-    )
+        constraints = torch_release_constraints(session, release)
+        deepspeed_wheel(session, constraints, TORCH_LEG_DEEPSPEED_OPS)
 
 
 MULTIHOST_TESTS = ROOT / "tests-integration" / "multihost"
@@ -364,12 +406,364 @@ def multihost(session: nox.Session) -> None:
     )
 
 
+# Every package on every backend, the longest first: under --parallel, sessions start in the order
+# they are listed (see the module docstring), so accel's CPU tests start early.
+TEST_LEGS = [
+    (package, backend)
+    for backend in BACKENDS
+    for package in sorted(PACKAGES, key=lambda name: (name != "accel", name != "accel-launch"))
+]
+
+
+@nox.session(allow_parallel=True)
+@nox.parametrize(
+    ("package", "backend"),
+    [nox.param(package, backend, tags=["ci"]) for package, backend in TEST_LEGS],
+)
+@timed
+def tests(session: nox.Session, package: str, backend: str) -> None:
+    """Run one package's tests on one backend; hardware legs select only their marked tests."""
+    tests_dir = PACKAGES_DIR / package / "tests"
+    pytest_args = [
+        "pytest",
+        str(tests_dir),
+        "-p",
+        "no:cacheprovider",
+        *junit_args(session),
+        *session.posargs,
+    ]
+    env = cpu_env(session) if backend == "cpu" else dict(TEST_ENV)
+    if backend == "cuda":
+        if not nvidia_gpu_present():
+            session.skip(
+                "cuda leg: no NVIDIA GPU on this machine (nvidia-smi or /dev/nvidia0 missing)"
+            )
+        pytest_args += ["-m", "cuda"]
+    elif backend == "xla":
+        if platform.system() != "Linux" or platform.machine() != "x86_64":
+            session.skip(
+                f"xla leg: torch_xla wheels exist for Linux x86_64, not {platform.platform()}"
+            )
+        pytest_args += ["-m", "xla"]
+        env["PJRT_DEVICE"] = os.environ.get("PJRT_DEVICE", "CPU")
+    if backend == "cuda":
+        install_over_system_torch(session, local_closure(package))
+    else:
+        # accel's tests run DeepSpeed (accel[test]) on the CPU: from the wheel with its ops built.
+        prebuilt = deepspeed_wheel(session) if (backend, package) == ("cpu", "accel") else []
+        install_packages(
+            session, backend, local_closure(package), *xla_requirements(backend), *prebuilt
+        )
+    # Exit code 5 (no tests collected) passes only on the cuda leg, whose GPU tests not every
+    # package has yet; every package has xla tests, so an empty xla leg is a failure.
+    session.run(*pytest_args, env=env, success_codes=[0, 5] if backend == "cuda" else [0])
+
+
+# ----------------------------------------------------------------------------- clusters
+# Where people scale past one machine: real SLURM clusters (scripts/slurm_cluster.py, Debian's
+# packages installed with apt-get when absent; one node on localhost, two on test hosts) and a
+# two-node Ray cluster on test hosts. Their tests skip, saying why, outside these sessions.
+CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
+slurm_cluster = load_script_module("slurm_cluster")
+
+
+def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
+    """Log how many jobs the cluster ran and how many times they were requeued."""
+    shown = subprocess.run(
+        ["scontrol", "show", "jobs", "--oneliner"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
+    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
+    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
+    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def slurm(session: nox.Session) -> None:
+    """Real sbatch/srun jobs on a one-node SLURM cluster, and on two nodes (test hosts).
+
+    One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
+    --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
+    (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
+    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
+    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
+    interrupted).
+    """
+    if platform.system() != "Linux":
+        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
+    if slurm_cluster.missing_commands():
+        try:
+            slurm_cluster.install_with_apt()
+        except slurm_cluster.ClusterError as error:
+            session.skip(f"slurm: {error}")
+    install_packages(session, "cpu", PACKAGES)
+    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
+    cluster = slurm_cluster.start(root)
+    atexit.register(slurm_cluster.stop, cluster)
+    try:
+        session.run(
+            "pytest",
+            str(CLUSTER_TESTS / "test_slurm.py"),
+            str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            *junit_args(session),
+            *session.posargs,
+            env={**cpu_env(session), **cluster.env},
+        )
+    finally:
+        slurm_jobs_report(session, cluster.env)
+        slurm_cluster.stop(cluster)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def integration(session: nox.Session) -> None:
+    """Cross-package, multi-process and CLI end-to-end tests (the example needs scikit-learn)."""
+    install_packages(session, "cpu", PACKAGES, "scikit-learn", *deepspeed_wheel(session))
+    session.run(
+        "pytest",
+        str(ROOT / "tests-integration"),
+        # Sessions of their own run these: ecosystem (transformers, PEFT, TRL installed), slurm
+        # and ray (a real cluster), multihost (test hosts in network namespaces, as root), ft
+        # (torchft installed).
+        "--ignore",
+        str(ROOT / "tests-integration" / "ecosystem"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "ft"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "clusters"),
+        "--ignore",
+        str(ROOT / "tests-integration" / "multihost"),
+        "-p",
+        "no:cacheprovider",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
+FT_TESTS = ROOT / "tests-integration" / "ft"
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def ft(session: nox.Session) -> None:
+    """Per-step fault tolerance across replica groups (torchft) through ``accel launch``.
+
+    Replica groups on loopback train the everyday loop while single groups are SIGKILLed in
+    each phase of a step (forward, backward, the all-reduce across groups, between commit and
+    optimizer step, inside it, in ``save_state``, while healing); the survivors go on, the
+    killed group heals from them, and the replicas end bit-equal with every sample used in
+    exactly one committed step. DDP and FSDP2 groups, 3 groups, too few groups, a lost
+    lighthouse. Installed as a user does: ``accel[ft,fsdp]``. The jobs mostly wait on
+    heartbeats and timeouts, so the session runs beside the others under ``--parallel``.
+    """
+    session.install(
+        "-c",
+        CONSTRAINTS["cpu"],
+        *package_targets(PACKAGES),
+        f"{PACKAGES_DIR / 'accel'}[ft,fsdp]",
+        *TEST_TOOLS,
+    )
+    session.run(
+        "pytest",
+        str(FT_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
+# What Accelerate's shipped test scripts import besides accel (scripts/peer_scripts.py): pytest
+# (test_notebook.py), numpy, and the Hugging Face libraries of external_deps/test_metrics.py,
+# pinned so the session is the same on every machine. pip downloads the pinned Accelerate wheel.
+PEER_SCRIPT_DEPENDENCIES = [
+    "pip",
+    "pytest",
+    "numpy",
+    "transformers==5.24.0",
+    "datasets==5.2.0",
+    "evaluate==0.4.6",
+]
+# What Accelerate's unit suite (scripts/peer_unit_tests.py) imports besides those: its test tools
+# and the optional libraries whose tests should run rather than skip. Both venvs get the same set.
+PEER_UNIT_DEPENDENCIES = [
+    "pytest-timeout",
+    "pytest-subtests",
+    "parameterized",
+    "packaging",
+    "psutil",
+    "torchdata",
+]
+# Added to cpu_env(session) for the peer sessions: the Hugging Face libraries stay offline.
+PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
+
+# Tests of Accelerate 1.15.0's unit suite that pass on Accelerate and fail on accel, each with its
+# reason: a deliberate difference listed in docs/accelerate.md, or what this machine lacks. Any
+# other such test fails the session, and so does an entry whose test passes on accel.
+_TORCHDATA_STATE = (
+    "docs/accelerate.md, deliberately differs: a prepared loader's state_dict is accel's own "
+    "resume record even with use_stateful_dataloader=True; the test wants torchdata's dict, key "
+    "for key"
+)
+PEER_UNIT_EXPECTED_FAILURES: dict[str, str] = {
+    "test_cli.py::TpuConfigTester::test_base": (
+        "docs/accelerate.md, deliberately differs: tpu-config --debug prints the gcloud command "
+        "shell-quoted"
+    ),
+    "test_utils.py::UtilsTester::test_honor_type": (
+        "docs/accelerate.md, deliberately differs: recursively_apply's TypeError also names "
+        "where the leaf sits (data[1]); the test compares Accelerate's sentence verbatim"
+    ),
+    **{
+        f"test_data_loader.py::StatefulDataLoaderTester::test_{kind}stateful_dataloader_adapter_"
+        f"equivalent_to_torchdata_stateful_dataloader_num_workers_{workers}": _TORCHDATA_STATE
+        for kind in ("", "decoupled_")
+        for workers in (0, 2)
+    },
+}
+
+
+def side_venv_python(
+    session: nox.Session,
+    venv: Path,
+    requirements: list[str],
+    constraints: str = CONSTRAINTS["cpu"],
+) -> str:
+    """An interpreter in ``venv`` holding ``requirements`` under ``constraints``.
+
+    For a second venv a session needs beside its own (a real Accelerate to compare with, a
+    DeepSpeed build): made with uv beside nox's own venvs and reused across runs (uv only checks
+    what is there).
+    """
+    python = venv / "bin" / "python"
+    uv = [sys.executable, "-m", "uv"]
+    if not python.exists():
+        session.run(*uv, "venv", "--quiet", str(venv), external=True)
+    session.run(
+        *uv,
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        str(python),
+        "-c",
+        constraints,
+        *requirements,
+        external=True,
+    )
+    return str(python)
+
+
+def peer_baseline_python(session: nox.Session) -> str:
+    """Accelerate 1.15.0 with the same test dependencies as the peer venv."""
+    requirements = [
+        "torch",
+        "accelerate==1.15.0",
+        *PEER_SCRIPT_DEPENDENCIES,
+        *PEER_UNIT_DEPENDENCIES,
+    ]
+    return side_venv_python(session, PEER_BASELINE_VENV, requirements)
+
+
+# The Hugging Face libraries whose users run on accel through `accel launch --as-accelerate`,
+# pinned: the ecosystem session runs their trainers on accel and, for comparison, on Accelerate.
+ECOSYSTEM_LIBRARIES = [
+    "transformers==5.23.0",
+    "peft==0.21.2",
+    "trl==1.16.0",
+    "datasets==5.2.0",
+    "numpy",
+    "deepspeed",
+    # Trainer.hyperparameter_search's backend (tests-integration/ecosystem/names_job.py).
+    "optuna",
+    # from_pretrained(quantization_config=BitsAndBytesConfig(...)) (big_model_job.py); the
+    # release constraints/cpu.txt pins, in Accelerate's venv too.
+    "bitsandbytes==0.50.2",
+]
+ECOSYSTEM_BASELINE_VENV = ROOT / ".nox" / "ecosystem-accelerate-1-15-0"
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def ecosystem(session: nox.Session) -> None:
+    """transformers' Trainer, TRL and PEFT on accel, against Accelerate 1.15.0 in a second venv.
+
+    The same job scripts (tests-integration/ecosystem) run on both; their logged losses, grad
+    norms and eval metrics must agree. PEFT and TRL pull the real Accelerate into accel's venv
+    too, so the alias is tested where it has to win over it.
+    """
+    prebuilt = deepspeed_wheel(session)
+    install_packages(session, "cpu", PACKAGES, *ECOSYSTEM_LIBRARIES, *prebuilt)
+    baseline = side_venv_python(
+        session,
+        ECOSYSTEM_BASELINE_VENV,
+        ["torch", "accelerate==1.15.0", *ECOSYSTEM_LIBRARIES, *prebuilt],
+    )
+    session.run(
+        "pytest",
+        str(ROOT / "tests-integration" / "ecosystem"),
+        "-p",
+        "no:cacheprovider",
+        *junit_args(session),
+        *session.posargs,
+        env={
+            **cpu_env(session),
+            **PEER_OFFLINE_ENV,
+            "ACCEL_ECOSYSTEM_BASELINE_PYTHON": baseline,
+        },
+    )
+
+
+RAY_REQUIREMENT = "ray[train]==2.60.0"
+
+
+@nox.session(tags=["ci"], allow_parallel=True)
+@timed
+def ray(session: nox.Session) -> None:
+    """A two-node Ray cluster on two test hosts runs the everyday loop like accel launch does.
+
+    ``ray start --head`` in one host, ``ray start --address`` in the other, Ray Train's
+    ``TorchTrainer`` with one worker per host; ``accel launch`` over the same hosts gives the same
+    weights and resumes from Ray's checkpoint. Needs root (network namespaces); the test skips
+    with the reason elsewhere.
+    """
+    if platform.system() != "Linux":
+        session.skip(f"ray: test hosts need Linux network namespaces, not {platform.platform()}")
+    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
+    session.run(
+        "pytest",
+        str(RAY_TESTS),
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *junit_args(session),
+        *session.posargs,
+        env=cpu_env(session),
+    )
+
+
 # The torch releases torch_versions tests, each pinned in its constraints file: the newest on
 # PyPI (bump it when a new one ships) and the oldest the packages declare (every pyproject's
 # `torch>=`, checked by the session). Their PyPI Linux wheels are multi-GB CUDA builds: uv keeps
 # them in its cache and hard-links them into the venvs, as for the xla legs; GPUs stay hidden.
 TORCH_RELEASES = {"newest": "torch-newest.txt", "oldest": "torch-oldest.txt"}
 TORCH_SUBSET = ROOT / "constraints" / "torch-versions-subset.txt"
+# The DeepSpeed ops the subset's ZeRO runs load (they use torch's optimizers): built into the
+# DeepSpeed wheel of each release by the deepspeed_ops sessions.
+TORCH_LEG_DEEPSPEED_OPS = ("deepspeed_shm_comm",)
 
 
 def pinned_torch(release: str) -> str:
@@ -452,19 +846,20 @@ def torch_versions(session: nox.Session, release: str) -> None:
                 f"declare {bounds}: make every pyproject say torch>={minor} (what this leg "
                 "tests), or pin the oldest torch they declare"
             )
+    constraints = torch_release_constraints(session, release)
     session.install(
         "-c",
-        torch_release_constraints(session, release),
+        constraints,
         *package_targets(PACKAGES),
         *TEST_TOOLS,
         "scikit-learn",
+        *deepspeed_wheel(session, constraints, TORCH_LEG_DEEPSPEED_OPS),
     )
     found = session.run(
         "python", "-c", "import torch; print(torch.__version__)", silent=True, env=cpu_env(session)
     )
     if found is not None and str(found).strip().split("+")[0] != version:  # None: --install-only
         session.error(f"torch_versions({release}): the venv has torch {found!r}, not {version}")
-    remove_stale_build_locks(session)
     tmp = Path(session.create_tmp())
     parts: list[Path] = []
     try:
@@ -490,222 +885,7 @@ def torch_versions(session: nox.Session, release: str) -> None:
             session.log(f"torch {version}: {label}: {counts} (passed/failed/skipped)")
 
 
-# What Accelerate's shipped test scripts import besides accel (scripts/peer_scripts.py): pytest
-# (test_notebook.py), numpy, and the Hugging Face libraries of external_deps/test_metrics.py,
-# pinned so the session is the same on every machine. pip downloads the pinned Accelerate wheel.
-PEER_SCRIPT_DEPENDENCIES = [
-    "pip",
-    "pytest",
-    "numpy",
-    "transformers==5.24.0",
-    "datasets==5.2.0",
-    "evaluate==0.4.6",
-]
-# What Accelerate's unit suite (scripts/peer_unit_tests.py) imports besides those: its test tools
-# and the optional libraries whose tests should run rather than skip. Both venvs get the same set.
-PEER_UNIT_DEPENDENCIES = [
-    "pytest-timeout",
-    "pytest-subtests",
-    "parameterized",
-    "packaging",
-    "psutil",
-    "torchdata",
-]
-# Added to cpu_env(session) for the peer sessions: the Hugging Face libraries stay offline.
-PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
-
-# Tests of Accelerate 1.15.0's unit suite that pass on Accelerate and fail on accel, each with its
-# reason: a deliberate difference listed in docs/accelerate.md, or what this machine lacks. Any
-# other such test fails the session, and so does an entry whose test passes on accel.
-_TORCHDATA_STATE = (
-    "docs/accelerate.md, deliberately differs: a prepared loader's state_dict is accel's own "
-    "resume record even with use_stateful_dataloader=True; the test wants torchdata's dict, key "
-    "for key"
-)
-PEER_UNIT_EXPECTED_FAILURES: dict[str, str] = {
-    "test_cli.py::TpuConfigTester::test_base": (
-        "docs/accelerate.md, deliberately differs: tpu-config --debug prints the gcloud command "
-        "shell-quoted"
-    ),
-    "test_utils.py::UtilsTester::test_honor_type": (
-        "docs/accelerate.md, deliberately differs: recursively_apply's TypeError also names "
-        "where the leaf sits (data[1]); the test compares Accelerate's sentence verbatim"
-    ),
-    **{
-        f"test_data_loader.py::StatefulDataLoaderTester::test_{kind}stateful_dataloader_adapter_"
-        f"equivalent_to_torchdata_stateful_dataloader_num_workers_{workers}": _TORCHDATA_STATE
-        for kind in ("", "decoupled_")
-        for workers in (0, 2)
-    },
-}
-
-
-def baseline_python(session: nox.Session, venv: Path, requirements: list[str]) -> str:
-    """An interpreter in ``venv`` holding ``requirements`` (a real Accelerate to compare with).
-
-    Made with uv beside nox's own venvs and reused across runs (uv only checks what is there).
-    """
-    python = venv / "bin" / "python"
-    uv = [sys.executable, "-m", "uv"]
-    if not python.exists():
-        session.run(*uv, "venv", "--quiet", str(venv), external=True)
-    session.run(
-        *uv,
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        str(python),
-        "-c",
-        CONSTRAINTS["cpu"],
-        *requirements,
-        external=True,
-    )
-    return str(python)
-
-
-def peer_baseline_python(session: nox.Session) -> str:
-    """Accelerate 1.15.0 with the same test dependencies as the peer venv."""
-    requirements = [
-        "torch",
-        "accelerate==1.15.0",
-        *PEER_SCRIPT_DEPENDENCIES,
-        *PEER_UNIT_DEPENDENCIES,
-    ]
-    return baseline_python(session, PEER_BASELINE_VENV, requirements)
-
-
-# ----------------------------------------------------------------------------- clusters
-# Where people scale past one machine: real SLURM clusters (scripts/slurm_cluster.py, Debian's
-# packages installed with apt-get when absent; one node on localhost, two on test hosts) and a
-# two-node Ray cluster on test hosts. Their tests skip, saying why, outside these sessions.
-# They are defined after torch_versions, so that under --parallel they run beside its legs.
-CLUSTER_TESTS = ROOT / "tests-integration" / "clusters"
-slurm_cluster = load_script_module("slurm_cluster")
-
-
-def slurm_jobs_report(session: nox.Session, env: dict[str, str]) -> None:
-    """Log how many jobs the cluster ran and how many times they were requeued."""
-    shown = subprocess.run(
-        ["scontrol", "show", "jobs", "--oneliner"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    ).stdout
-    jobs = [line for line in shown.splitlines() if line.startswith("JobId=")]
-    requeues = sum(int(m) for m in re.findall(r"\bRestarts=(\d+)", shown))
-    session.log(f"slurm: {len(jobs)} jobs ran on the cluster, requeued {requeues} time(s) in all")
-
-
-@nox.session(tags=["ci"], allow_parallel=True)
-@timed
-def slurm(session: nox.Session) -> None:
-    """Real sbatch/srun jobs on a one-node SLURM cluster, and on two nodes (test hosts).
-
-    One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
-    --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
-    (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
-    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
-    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
-    interrupted).
-    """
-    if platform.system() != "Linux":
-        session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
-    if slurm_cluster.missing_commands():
-        try:
-            slurm_cluster.install_with_apt()
-        except slurm_cluster.ClusterError as error:
-            session.skip(f"slurm: {error}")
-    install_packages(session, "cpu", PACKAGES)
-    root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
-    cluster = slurm_cluster.start(root)
-    atexit.register(slurm_cluster.stop, cluster)
-    try:
-        session.run(
-            "pytest",
-            str(CLUSTER_TESTS / "test_slurm.py"),
-            str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
-            "-p",
-            "no:cacheprovider",
-            "-rs",
-            *junit_args(session),
-            *session.posargs,
-            env={**cpu_env(session), **cluster.env},
-        )
-    finally:
-        slurm_jobs_report(session, cluster.env)
-        slurm_cluster.stop(cluster)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-RAY_REQUIREMENT = "ray[train]==2.60.0"
-
-
-@nox.session(tags=["ci"], allow_parallel=True)
-@timed
-def ray(session: nox.Session) -> None:
-    """A two-node Ray cluster on two test hosts runs the everyday loop like accel launch does.
-
-    ``ray start --head`` in one host, ``ray start --address`` in the other, Ray Train's
-    ``TorchTrainer`` with one worker per host; ``accel launch`` over the same hosts gives the same
-    weights and resumes from Ray's checkpoint. Needs root (network namespaces); the test skips
-    with the reason elsewhere.
-    """
-    if platform.system() != "Linux":
-        session.skip(f"ray: test hosts need Linux network namespaces, not {platform.platform()}")
-    install_packages(session, "cpu", PACKAGES, RAY_REQUIREMENT)
-    session.run(
-        "pytest",
-        str(RAY_TESTS),
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *junit_args(session),
-        *session.posargs,
-        env=cpu_env(session),
-    )
-
-
-FT_TESTS = ROOT / "tests-integration" / "ft"
-
-
-@nox.session(tags=["ci"], allow_parallel=True)
-@timed
-def ft(session: nox.Session) -> None:
-    """Per-step fault tolerance across replica groups (torchft) through ``accel launch``.
-
-    Replica groups on loopback train the everyday loop while single groups are SIGKILLed in
-    each phase of a step (forward, backward, the all-reduce across groups, between commit and
-    optimizer step, inside it, in ``save_state``, while healing); the survivors go on, the
-    killed group heals from them, and the replicas end bit-equal with every sample used in
-    exactly one committed step. DDP and FSDP2 groups, 3 groups, too few groups, a lost
-    lighthouse. Installed as a user does: ``accel[ft,fsdp]``. The jobs mostly wait on
-    heartbeats and timeouts, so the session runs beside the others under ``--parallel``.
-    """
-    session.install(
-        "-c",
-        CONSTRAINTS["cpu"],
-        *package_targets(PACKAGES),
-        f"{PACKAGES_DIR / 'accel'}[ft,fsdp]",
-        *TEST_TOOLS,
-    )
-    session.run(
-        "pytest",
-        str(FT_TESTS),
-        "-p",
-        "no:cacheprovider",
-        "-rs",
-        *junit_args(session),
-        *session.posargs,
-        env=cpu_env(session),
-    )
-
-
-# allow_parallel: under --parallel it runs beside ``ft``, which mostly waits on heartbeats and
-# relaunches (its timeouts are sized for two busy cores); each launch here takes a free port.
+# Each launch here takes a free port, so the session can run beside any other under --parallel.
 @nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def peer(session: nox.Session) -> None:
@@ -750,53 +930,6 @@ def peer_baseline(session: nox.Session) -> None:
         "accelerate",
         *session.posargs,
         env={**cpu_env(session), **PEER_OFFLINE_ENV},
-    )
-
-
-# The Hugging Face libraries whose users run on accel through `accel launch --as-accelerate`,
-# pinned: the ecosystem session runs their trainers on accel and, for comparison, on Accelerate.
-ECOSYSTEM_LIBRARIES = [
-    "transformers==5.23.0",
-    "peft==0.21.2",
-    "trl==1.16.0",
-    "datasets==5.2.0",
-    "numpy",
-    "deepspeed",
-    # Trainer.hyperparameter_search's backend (tests-integration/ecosystem/names_job.py).
-    "optuna",
-    # from_pretrained(quantization_config=BitsAndBytesConfig(...)) (big_model_job.py); the
-    # release constraints/cpu.txt pins, in Accelerate's venv too.
-    "bitsandbytes==0.50.2",
-]
-ECOSYSTEM_BASELINE_VENV = ROOT / ".nox" / "ecosystem-accelerate-1-15-0"
-
-
-@nox.session(tags=["ci"])
-@timed
-def ecosystem(session: nox.Session) -> None:
-    """transformers' Trainer, TRL and PEFT on accel, against Accelerate 1.15.0 in a second venv.
-
-    The same job scripts (tests-integration/ecosystem) run on both; their logged losses, grad
-    norms and eval metrics must agree. PEFT and TRL pull the real Accelerate into accel's venv
-    too, so the alias is tested where it has to win over it.
-    """
-    install_packages(session, "cpu", PACKAGES, *ECOSYSTEM_LIBRARIES)
-    remove_stale_build_locks(session)
-    baseline = baseline_python(
-        session, ECOSYSTEM_BASELINE_VENV, ["torch", "accelerate==1.15.0", *ECOSYSTEM_LIBRARIES]
-    )
-    session.run(
-        "pytest",
-        str(ROOT / "tests-integration" / "ecosystem"),
-        "-p",
-        "no:cacheprovider",
-        *junit_args(session),
-        *session.posargs,
-        env={
-            **cpu_env(session),
-            **PEER_OFFLINE_ENV,
-            "ACCEL_ECOSYSTEM_BASELINE_PYTHON": baseline,
-        },
     )
 
 
@@ -970,7 +1103,6 @@ def bench(session: nox.Session, accelerate: bool) -> None:
 def demo(session: nox.Session) -> None:
     """Train the digits example on 2 CPU processes through accel launch (about a minute)."""
     install_packages(session, "cpu", PACKAGES, "scikit-learn")
-    remove_stale_build_locks(session)
     session.run(
         "accel",
         "launch",

@@ -48,6 +48,9 @@ class SessionTime:
             start) and this session's start: mostly creating or checking its venv.
         tests: What its pytest run reported, or ``None`` where it ran none or wrote no report.
         started: When the session function started (seconds since the epoch; 0 if unknown).
+        cpu_seconds: CPU time (user + system) of the processes the session ran and waited for,
+            their children included: what it cost the machine, where ``seconds`` also counts
+            waiting and the other sessions beside it.
     """
 
     name: str
@@ -56,6 +59,7 @@ class SessionTime:
     setup_seconds: float
     tests: PytestCounts | None = None
     started: float = 0.0
+    cpu_seconds: float = 0.0
 
     @property
     def ended(self) -> float:
@@ -139,7 +143,7 @@ def format_table(times: Sequence[SessionTime], wall_seconds: float) -> str:
     name_width = max([len("session"), len(total_label), *(len(entry.name) for entry in times)])
     header = (
         f"{'session':<{name_width}}  {'result':<7}  {'setup s':>8}  {'session s':>9}  "
-        "tests passed/failed/skipped"
+        f"{'cpu s':>7}  tests passed/failed/skipped"
     )
     rule = "-" * len(header)
     lines = ["CI session times (wall clock)", rule, header, rule]
@@ -147,7 +151,7 @@ def format_table(times: Sequence[SessionTime], wall_seconds: float) -> str:
         tests = "" if entry.tests is None else str(entry.tests)
         lines.append(
             f"{entry.name:<{name_width}}  {entry.result:<7}  {entry.setup_seconds:>8.1f}  "
-            f"{entry.seconds:>9.1f}  {tests}".rstrip()
+            f"{entry.seconds:>9.1f}  {entry.cpu_seconds:>7.0f}  {tests}".rstrip()
         )
     counted = [entry.tests for entry in times if entry.tests is not None]
     total_tests = (
@@ -164,12 +168,17 @@ def format_table(times: Sequence[SessionTime], wall_seconds: float) -> str:
     )
     setup_total = sum(entry.setup_seconds for entry in times)
     session_total = sum(entry.seconds for entry in times)
+    cpu_total = sum(entry.cpu_seconds for entry in times)
     lines += [
         rule,
         f"{total_label:<{name_width}}  {'':<7}  {setup_total:>8.1f}  {session_total:>9.1f}  "
-        f"{total_tests}".rstrip(),
+        f"{cpu_total:>7.0f}  {total_tests}".rstrip(),
         f"wall time since the nox run started: {wall_seconds:.1f} s",
     ]
+    if wall_seconds > 0 and cpu_total > 0:
+        lines.append(
+            f"the sessions' CPU time is {cpu_total / wall_seconds:.2f} cores busy on average"
+        )
     return "\n".join(lines)
 
 
@@ -179,6 +188,7 @@ def report(times: Sequence[SessionTime], wall_seconds: float) -> dict[str, Any]:
         "sessions": [dataclasses.asdict(entry) for entry in times],
         "total_session_seconds": sum(entry.seconds for entry in times),
         "total_setup_seconds": sum(entry.setup_seconds for entry in times),
+        "total_cpu_seconds": sum(entry.cpu_seconds for entry in times),
         "wall_seconds": wall_seconds,
     }
 

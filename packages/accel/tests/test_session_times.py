@@ -55,24 +55,32 @@ def test_junit_file_name_is_safe_for_a_parametrized_session(session_times) -> No
 def test_table_aligns_columns_and_totals_sessions_and_tests(session_times) -> None:
     time, counts = session_times.SessionTime, session_times.PytestCounts
     times = [
-        time("lint", "success", 12.34, 0.5),
-        time("tests(package='accel', backend='cpu')", "failed", 300.0, 2.0, counts(10, 1, 2, 0)),
+        time("lint", "success", 12.34, 0.5, cpu_seconds=20.2),
+        time(
+            "tests(package='accel', backend='cpu')",
+            "failed",
+            300.0,
+            2.0,
+            counts(10, 1, 2, 0),
+            cpu_seconds=450.6,
+        ),
         time("tests(package='accel', backend='cuda')", "skipped", 0.01, 0.2),
-        time("integration", "success", 60.25, 1.0, counts(5, 0, 0, 1)),
+        time("integration", "success", 60.25, 1.0, counts(5, 0, 0, 1), cpu_seconds=29.0),
     ]
-    rule = "-" * 97
+    rule = "-" * 106
     expected = f"""\
 CI session times (wall clock)
 {rule}
-session                                 result    setup s  session s  tests passed/failed/skipped
+session                                 result    setup s  session s    cpu s  tests passed/failed/skipped
 {rule}
-lint                                    success       0.5       12.3
-tests(package='accel', backend='cpu')   failed        2.0      300.0  10/1/2
-tests(package='accel', backend='cuda')  skipped       0.2        0.0
-integration                             success       1.0       60.2  5/0/0 +1 errors
+lint                                    success       0.5       12.3       20
+tests(package='accel', backend='cpu')   failed        2.0      300.0      451  10/1/2
+tests(package='accel', backend='cuda')  skipped       0.2        0.0        0
+integration                             success       1.0       60.2       29  5/0/0 +1 errors
 {rule}
-total (4 sessions)                                    3.7      372.6  15/1/2 +1 errors
-wall time since the nox run started: 400.0 s"""
+total (4 sessions)                                    3.7      372.6      500  15/1/2 +1 errors
+wall time since the nox run started: 400.0 s
+the sessions' CPU time is 1.25 cores busy on average"""
     assert session_times.format_table(times, wall_seconds=400.04) == expected
 
 
@@ -89,9 +97,11 @@ def test_report_is_written_as_json(session_times, tmp_path: Path) -> None:
             "setup_seconds": 0.25,
             "tests": None,
             "started": 0.0,
+            "cpu_seconds": 0.0,
         }
     ]
     assert data["total_session_seconds"] == 1.5
+    assert data["total_cpu_seconds"] == 0.0
     assert data["wall_seconds"] == 2.0
 
 
