@@ -271,7 +271,7 @@ def build_deepspeed_wheel(
     )
     staging = folder.with_name(folder.name + ".building")
     shutil.rmtree(staging, ignore_errors=True)
-    session.run(
+    session.run_install(
         python,
         "-m",
         "pip",
@@ -280,6 +280,7 @@ def build_deepspeed_wheel(
         "--no-build-isolation",
         "--no-binary",
         "deepspeed",
+        "--no-cache-dir",  # pip's wheel cache would hand back a build for another torch
         "--quiet",
         "--wheel-dir",
         str(staging),
@@ -290,6 +291,10 @@ def build_deepspeed_wheel(
     built = deepspeed_builds.built_wheel(staging)
     if built is None:
         session.error(f"deepspeed ops: pip wheel wrote no DeepSpeed wheel into {staging}")
+    try:
+        deepspeed_builds.check_wheel(built, ops, torch_version)
+    except ValueError as error:
+        session.error(f"deepspeed ops: {error}")
     shutil.rmtree(folder, ignore_errors=True)
     staging.replace(folder)
     return folder / built.name
@@ -651,8 +656,8 @@ def side_venv_python(
     python = venv / "bin" / "python"
     uv = [sys.executable, "-m", "uv"]
     if not python.exists():
-        session.run(*uv, "venv", "--quiet", str(venv), external=True)
-    session.run(
+        session.run_install(*uv, "venv", "--quiet", str(venv), external=True)
+    session.run_install(
         *uv,
         "pip",
         "install",

@@ -16,10 +16,12 @@ interpreter.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import os
 import re
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -69,6 +71,34 @@ def built_wheel(folder: Path) -> Path | None:
     """The wheel in ``folder``, if a build finished there."""
     wheels = sorted(folder.glob("deepspeed-*.whl")) if folder.is_dir() else []
     return wheels[0] if wheels else None
+
+
+def check_wheel(wheel: Path, ops: Sequence[str], torch: str) -> None:
+    """Check that ``wheel`` holds ``ops`` compiled against ``torch`` (its major.minor).
+
+    DeepSpeed's setup.py records what it compiled in ``git_version_info_installed.py``; a
+    compiler or an op that could not be built leaves an op out without failing the build.
+
+    Raises:
+        ValueError: An op is missing, or the wheel was built against another torch.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        source = archive.read("deepspeed/git_version_info_installed.py").decode()
+    recorded = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+    }
+    installed = recorded.get("installed_ops")
+    torch_info = recorded.get("torch_info")
+    built = {name for name, on in installed.items() if on} if isinstance(installed, dict) else set()
+    missing = sorted(set(ops) - built)
+    if missing:
+        raise ValueError(f"{wheel.name} was built without {missing} (it has {sorted(built)})")
+    found = torch_info.get("version") if isinstance(torch_info, dict) else None
+    wanted = ".".join(torch.split(".")[:2])
+    if found != wanted:
+        raise ValueError(f"{wheel.name} was built against torch {found}, not {wanted}")
 
 
 def build_env(ops: Sequence[str], jobs: int) -> dict[str, str]:
