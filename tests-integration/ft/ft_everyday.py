@@ -9,6 +9,12 @@ test-only is the record it leaves in ``--out`` and the planned failures:
 * ``final-r<replica>-p<rank>.pt``: model, optimizer and scheduler state at the end;
 * ``evals-r<replica>-p<rank>.jsonl``: evaluation loss per epoch (gathered inside the group).
 
+``--hold REPLICA:LIFE:UNTIL`` (repeatable) holds that life of that group before its
+``Accelerator`` starts until another group has finished the job (``finish``: the launcher's
+``ACCEL_FT_JOB_FINISHED_FILE`` exists), until another group has written its final state
+(``final``: it is ending its training), or for a number of seconds, so that a group arrives
+late, after the end, or as the end is reached.
+
 ``--kill REPLICA:LIFE:PHASE:STEP`` (repeatable) SIGKILLs that process of that replica group in
 that life (``*``: any) at the first step >= STEP (counting steps this process ran) in PHASE: ``forward``,
 ``backward``, ``allreduce`` (as the gradients go across groups), ``commit`` (after the vote,
@@ -71,7 +77,30 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("--kill_all_ranks", action="store_true")
     options.add_argument("--resume", action="store_true", help="load the newest checkpoint")
     options.add_argument("--stop_after_epoch", type=int, default=-1)
+    options.add_argument("--hold", action="append", default=[])
     return options
+
+
+def hold(plans: list[str], out: Path, replica: int, life: int) -> None:
+    """Wait as a ``--hold`` plan for this group and life says (see the module's docstring)."""
+    for plan in plans:
+        who, when, until = plan.split(":")
+        if (who, when) != (str(replica), str(life)):
+            continue
+        if until not in ("finish", "final"):
+            time.sleep(float(until))
+            continue
+        finished_file = Path(os.environ["ACCEL_FT_JOB_FINISHED_FILE"])
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if until == "finish" and finished_file.exists():
+                break
+            mine = f"final-r{replica}-p0.pt"
+            if until == "final" and any(p.name != mine for p in out.glob("final-r*-p0.pt")):
+                break
+            time.sleep(0.05)
+        else:
+            raise TimeoutError(f"--hold {plan}: nothing happened within 300 s")
 
 
 class Killer:
@@ -116,6 +145,7 @@ def main() -> None:
     args = parser().parse_args()
     replica = int(os.environ["ACCEL_FT_REPLICA_ID"])
     life = int(os.environ.get("ACCEL_FT_GROUP_RESTART_COUNT", "0"))
+    hold(args.hold, args.out, replica, life)
     set_seed(0)
     accelerator = Accelerator(
         gradient_accumulation_steps=args.accumulation,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import SHORT_QUORUM_TIMEOUT_SEC, TIMEOUT_SEC
+from safetensors.torch import load_file
 
 from accel_state.testing import find_free_port
 
@@ -234,12 +236,15 @@ def test_three_groups_heal_through_killed_sources_targets_and_saves(
     assert relaunches >= 4, [lives(out, replica) for replica in range(3)]
     assert_replicas_bit_equal(out, 3, 1)
     assert_each_epoch_used_once(out, range(2))
-    # The save cut short left only its hidden staging folder; every checkpoint is complete.
+    # The save cut short was written by another group, into the same folder; every
+    # checkpoint is complete (a staging folder the killed writer left is all that may remain).
+    output = result.stdout + result.stderr
+    taken_over = re.findall(r"replica group \d writes checkpoint (\S+) itself", output)
+    assert taken_over, report(result)
     folders = sorted((out / "project" / "checkpoints").iterdir())
-    staging = [folder for folder in folders if folder.name.startswith(".")]
     checkpoints = [folder for folder in folders if not folder.name.startswith(".")]
-    assert len(staging) == 1 and ".accel-tmp-" in staging[0].name, folders
-    assert checkpoints, "no checkpoint was written"
+    assert all(".accel-tmp-" in f.name for f in folders if f.name.startswith(".")), folders
+    assert {Path(folder) for folder in taken_over} <= set(checkpoints), (taken_over, folders)
     for folder in checkpoints:
         assert (folder / "model.safetensors").is_file(), sorted(folder.iterdir())
 
@@ -259,6 +264,90 @@ def test_groups_of_two_processes_lose_a_whole_group(
         assert len(lives(out, 1, rank)) == 2
     assert_replicas_bit_equal(out, 2, 2)
     assert_each_epoch_used_once(out, range(2))
+
+
+#: The end of a job with a group down: (kill plan, worker options, samples). "ms" steps take
+#: milliseconds (a lone survivor ends the epoch in a fraction of a second), "1s" steps a second.
+END_OF_JOB_CASES = {
+    # The issue's case: group 1 killed at step 5 of a 40-step epoch, relaunched only after the
+    # survivor finished (held until the launcher marks the job finished).
+    "relaunched-after-the-end-ms": ("1:0:forward:5", ("--hold=1:1:finish",), 160),
+    # Killed in the last step: the relaunch comes as the survivor takes that step alone.
+    "killed-in-the-last-step-1s": ("1:0:forward:11", ("--step_delay", "1"), 96),
+    # Killed in the last step; the relaunch starts as the survivor writes its final state.
+    "killed-in-the-last-step-ms": ("1:0:forward:19", ("--hold=1:1:final",), 160),
+    # The group writing the final checkpoint dies inside save_state: another group writes it.
+    "saver-killed-in-the-final-save": ("0:0:save:0", (), 96),
+}
+
+
+@pytest.mark.parametrize("case", list(END_OF_JOB_CASES))
+def test_a_job_that_ends_with_a_group_down_succeeds_with_every_sample_trained(
+    tmp_path: Path, env: dict[str, str], case: str
+) -> None:
+    """The survivor finishes; a relaunch after (or at) the end exits 0; nothing is lost."""
+    out = tmp_path / "job"
+    kill, options, samples = END_OF_JOB_CASES[case]
+    killed, saver_killed = int(kill[0]), "save" in kill
+    worker_args = ["--epochs", "1", "--samples", str(samples), f"--kill={kill}"]
+    if "1s" not in case:
+        worker_args += ["--step_delay", "0.001", "--solo_delay", "0"]
+    result = run_job(out, env, launch_flags(2, 1, 2), *worker_args, *options)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, report(result)
+    survivor = 1 - killed
+    assert len(lives(out, survivor)) == 1, "the surviving group was restarted"
+    assert (out / "kill-0-rank0").exists(), "the planned kill did not happen"
+    assert output.count("relaunching it (restart") == 1, report(result)
+    assert_each_epoch_used_once(out, range(1), samples=samples)
+    assert "ReplicaQuorumError" not in output, report(result)
+    if "1s" in case and (out / f"final-r{killed}-p0.pt").exists():
+        # The relaunch came in time to heal before the last step: it ends like the survivor.
+        assert_replicas_bit_equal(out, 2, 1)
+    else:  # It found the job finished: it trained nothing, wrote nothing, and says why.
+        finished = f"replica group {killed} was relaunched after replica group {survivor} had"
+        assert finished in output, report(result)
+        assert len(lives(out, killed)) == 1, "a relaunch took a step after the job's last one"
+        assert not (out / f"final-r{killed}-p0.pt").exists()
+    checkpoint = out / "project" / "checkpoints" / "checkpoint_0"
+    assert (checkpoint / "model.safetensors").is_file(), report(result)
+    if saver_killed:  # the survivor wrote the checkpoint the saver died writing
+        assert f"replica group {survivor} writes checkpoint {checkpoint} itself" in output
+    saved = load_file(checkpoint / "model.safetensors")
+    final = finals(out)[f"final-r{survivor}-p0.pt"]["model"]
+    assert saved.keys() == final.keys() and all(torch.equal(saved[k], final[k]) for k in saved)
+
+
+def test_groups_start_together_and_one_that_comes_after_the_end_trains_nothing(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A group 5 s late is waited for; one that starts only after the job ended exits 0.
+
+    Millisecond steps: without the wait at the first step, the first group would train the
+    epoch alone while the other starts, and a group starting after the end would train it
+    again from scratch (and write the same checkpoint a second time).
+    """
+    env["TORCHFT_QUORUM_TIMEOUT_SEC"] = str(SHORT_QUORUM_TIMEOUT_SEC)
+    fast = ("--epochs", "1", "--samples", "160", "--step_delay", "0.001", "--solo_delay", "0")
+    late = tmp_path / "late"
+    result = run_job(late, env, launch_flags(2, 1, 0), *fast, "--hold=1:0:5")
+    assert result.returncode == 0, report(result)
+    for replica in (0, 1):  # every step was taken by both groups: 20 steps of 2 x 4 samples
+        assert [r["participants"] for r in records(late, replica)] == [2] * 20, replica
+    assert_replicas_bit_equal(late, 2, 1)
+
+    after = tmp_path / "after"
+    result = run_job(after, env, launch_flags(2, 1, 0), *fast, "--hold=1:0:finish")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, report(result)
+    # Group 0 waited the quorum timeout for group 1, then trained the epoch alone.
+    assert "replica group 0 starts with 1 of 2 replica groups" in output, report(result)
+    assert [r["participants"] for r in records(after, 0)] == [1] * 40
+    assert "replica group 1 started after replica group 0 had finished the job" in output
+    assert not (after / "steps-r1-p0.jsonl").read_text()
+    assert_each_epoch_used_once(after, range(1), samples=160)
+    checkpoints = sorted(p.name for p in (after / "project" / "checkpoints").iterdir())
+    assert checkpoints == ["checkpoint_0"], checkpoints
 
 
 def test_too_few_groups_commit_nothing_and_stop_with_a_message(

@@ -143,6 +143,27 @@ def test_a_group_out_of_restarts_is_left_out_and_the_others_finish(tmp_path) -> 
 
 
 @pytest.mark.timeout(300)
+def test_after_a_group_finished_the_job_a_failed_group_is_not_relaunched(tmp_path) -> None:
+    """The relaunch sees the job-finished file; failing after the end, it ends the job with 0."""
+    pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")
+    worker = SCRIPTS / "ft_end_of_job_worker.py"
+    command = accel_cmd(
+        "launch", "--cpu", "--num_processes", "1", "--ft_replicas", "2", "--max_restarts", "3"
+    )
+    result = run([*command, str(worker), str(tmp_path)], timeout=240, env=clean_env())
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "replica group 1 failed (exit code 1); relaunching it (restart 1 of 3)" in result.stderr
+    assert "replica group 0 finished" in result.stderr
+    assert (tmp_path / "seen-finished").read_text() == "replica group 0\n"
+    assert (
+        "replica group 1 failed (exit code 7) after replica group 0 had finished the job; not "
+        "relaunched" in result.stderr
+    )
+    assert (tmp_path / "lives-1").read_text().split() == ["0", "1"]  # restarts were left
+    assert (tmp_path / "lives-0").read_text().split() == ["0"]
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
 def test_a_signal_to_the_launcher_stops_every_group(tmp_path, sig, code) -> None:
     pytest.importorskip("torchft", reason="needs torchft: pip install 'accel-launch[ft]'")

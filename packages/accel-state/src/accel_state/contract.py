@@ -102,6 +102,9 @@ FT_REPLICAS = "ACCEL_FT_REPLICAS"
 FT_MIN_REPLICAS = "ACCEL_FT_MIN_REPLICAS"
 #: Written by ``accel launch --ft_replicas N``: times this replica group was relaunched.
 FT_GROUP_RESTART_COUNT = "ACCEL_FT_GROUP_RESTART_COUNT"
+#: Written by ``accel launch --ft_replicas N``: a file that launcher creates once one of its
+#: replica groups has finished the job; a relaunched group that finds it has nothing to train.
+FT_JOB_FINISHED_FILE = "ACCEL_FT_JOB_FINISHED_FILE"
 #: torchft's own variable: the lighthouse's address (``http://host:port``), read by its Manager.
 FT_LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
 #: Exit status of a job stopped by SIGTERM (preemption): ``EX_TEMPFAIL`` of ``sysexits.h``, "try
@@ -134,6 +137,7 @@ ALL_VARIABLES = (
     FT_REPLICAS,
     FT_MIN_REPLICAS,
     FT_GROUP_RESTART_COUNT,
+    FT_JOB_FINISHED_FILE,
     FT_LIGHTHOUSE,
 )
 
@@ -177,6 +181,8 @@ VARIABLE_DESCRIPTIONS: dict[str, str] = {
     FT_MIN_REPLICAS: "`accel launch --ft_min_replicas K`: fewest replica groups a step commits "
     "with",
     FT_GROUP_RESTART_COUNT: "times this replica group was relaunched",
+    FT_JOB_FINISHED_FILE: "a file `accel launch --ft_replicas` creates once one of its replica "
+    "groups has finished the job: a relaunched group that finds it exits with code 0",
     FT_LIGHTHOUSE: "torchft's own variable: the lighthouse's address (`http://host:port`)",
     AS_ACCELERATE: "`accel launch --as-accelerate`: accel's start-up hook makes "
     "`import accelerate` give accel in every Python process",

@@ -15,6 +15,7 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
+import torch
 from torch._C._distributed_c10d import TCPStore
 
 from accel_state.errors import FaultToleranceUnavailableError, ReplicaQuorumError
@@ -178,6 +179,18 @@ class ReplicaManager:
         works = [self._manager.allreduce(tensor) for tensor in tensors]
         for work in works:
             work.wait()
+
+    def average_value(self, value: float, device: Any) -> float | None:
+        """``value`` averaged over the groups of the last quorum; ``None`` if a group failed.
+
+        One collective across the groups, outside a step (the quorum of the last step is used):
+        every group of that quorum must call it at the same point of its program.
+        """
+        tensor = torch.tensor([float(value)], dtype=torch.float32, device=device)
+        self.average([tensor])
+        if self._manager.errored() is not None:
+            return None
+        return float(tensor.item())
 
     def should_commit(self) -> bool:
         """Whether every group of the quorum finished the step without error (ends the step)."""

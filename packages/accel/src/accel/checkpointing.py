@@ -155,8 +155,18 @@ class CheckpointingMixin(JobFactsMixin):
             save's handle.
         """
         replicas = self.replica_training
-        if replicas is not None and not replicas.saves_checkpoints():
-            return self._folder_saved_by_another_group(output_dir)
+        if replicas is not None:  # one group writes; the others check it did
+            saved: Path | AsyncSave = replicas.save_in_one_group(
+                write=lambda: self._write_state(output_dir, safe_serialization, blocking),
+                saved_elsewhere=lambda: self._folder_saved_by_another_group(output_dir),
+            )
+            return saved
+        return self._write_state(output_dir, safe_serialization, blocking)
+
+    def _write_state(
+        self, output_dir: PathLike | None, safe_serialization: bool, blocking: bool
+    ) -> Path | AsyncSave:
+        """Write the training state from this process (the body of :meth:`save_state`)."""
         with record("save_state"):  # a process that saves alone is named in the timeout error
             models, optimizers, sharded = self.strategy.checkpoint_split(
                 self._models, self._optimizers

@@ -11,10 +11,15 @@ the script nothing changes: ``Accelerator()`` reads the launcher's variables (or
   accumulation counters do not move;
 * the prepared training dataloader hands out samples by the committed position shared by the
   groups (:mod:`accel_data.shared_position`): no sample is lost or used twice;
-* a relaunched group heals from a live one at its first step: models, optimizer, scheduler,
-  dataloader positions, grad scaler, RNG states and counters;
+* before its first step a group joins the job: it waits (up to the quorum timeout) until every
+  group is in its quorum, or it has healed from a live one (models, optimizer, scheduler,
+  dataloader positions, grad scaler, RNG states and counters); a relaunched group never trains
+  from scratch beside the job, and a group that finds the job finished
+  (``ACCEL_FT_JOB_FINISHED_FILE`` exists) has nothing to train and exits with code 0
+  (:class:`ReplicaJobFinished`);
 * ``gather``, ``reduce``, ``wait_for_everyone`` stay inside the group; ``save_state`` writes
-  in one group only (the first of the step's quorum).
+  in one group only (the first of the step's quorum), and the others write the checkpoint
+  themselves if that group does not confirm that it finished.
 
 torchft itself is only called through :mod:`accel_state.torchft_api`.
 """
@@ -24,8 +29,11 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -36,8 +44,24 @@ from accel_state import DistributedType, contract
 from accel_state.errors import ReplicaQuorumError
 from accel_state.torchft_api import ReplicaManager, create_replica_manager
 
-#: Pause before a relaunched group that found no group to heal from asks for a quorum again.
-RELAUNCHED_RETRY_SECONDS = 0.2
+#: Pause before a group that has not joined the job yet (see ``_start_step``) asks again.
+JOIN_RETRY_SECONDS = 0.2
+#: What ``save_state`` returns (a folder, or a background save's handle).
+Saved = TypeVar("Saved")
+
+
+class ReplicaJobFinished(SystemExit):
+    """Ends a relaunched replica group with exit code 0: another group finished the job.
+
+    Raised from the group's first step (inside the training loop, so nothing after the loop,
+    such as a save of the untrained model, runs); Python exits with code 0 without a traceback.
+    """
+
+    def __init__(self, replica_id: int, finished_by: str) -> None:
+        super().__init__(0)
+        self.replica_id = replica_id
+        self.finished_by = finished_by
+
 
 if TYPE_CHECKING:
     from accel.accelerator import Accelerator
@@ -58,6 +82,8 @@ class FaultTolerancePlugin:
         replicas: Replica groups of the job.
         min_replicas: Fewest groups a step commits with (default 1).
         lighthouse: The lighthouse's address, ``http://host:port``.
+        job_finished_file: A file that exists once a group has finished the job (the launcher
+            creates it); a relaunched group that finds it exits with code 0.
         timeout: Seconds for the collectives across groups, commit votes and healing copies.
         quorum_timeout: Seconds a step waits for its quorum (too few groups: the job stops).
         connect_timeout: Seconds to reach the lighthouse and the other groups.
@@ -67,6 +93,7 @@ class FaultTolerancePlugin:
     replicas: int | None = None
     min_replicas: int | None = None
     lighthouse: str | None = None
+    job_finished_file: str | None = None
     timeout: float = 30.0
     quorum_timeout: float = 60.0
     connect_timeout: float = 30.0
@@ -94,6 +121,8 @@ class FaultTolerancePlugin:
                 setattr(values, field, _int_variable(variable))
         if values.lighthouse is None:
             values.lighthouse = os.environ.get(contract.FT_LIGHTHOUSE)
+        if values.job_finished_file is None:
+            values.job_finished_file = os.environ.get(contract.FT_JOB_FINISHED_FILE)
         if values.min_replicas is None:
             values.min_replicas = 1
         if values.replica_id is None or values.replicas is None or values.lighthouse is None:
@@ -151,8 +180,11 @@ class ReplicaGroupTraining:
         self._step_open = False
         self._saving_rank: int | None = None
         self._quorum_seen = False
+        self._confirmed_at_step: int | None = None
         #: Relaunched by ``accel launch`` after a failure: must heal before it trains.
         self._relaunched = int(os.environ.get(contract.FT_GROUP_RESTART_COUNT, "0")) > 0
+        #: Took part in a quorum with the job (healed, or with every group): trains normally.
+        self._joined = False
         partial = accelerator.state.partial
         self.manager: ReplicaManager = create_replica_manager(
             device_type=accelerator.device.type,
@@ -185,35 +217,111 @@ class ReplicaGroupTraining:
         return rank * size + self.manager.group_rank, participants * size
 
     def _start_step(self) -> None:
-        """Form the step's quorum; a relaunched group first waits until it can heal.
+        """Form the step's quorum; before its first step, the group joins the job first.
 
-        A relaunched group holds no trained state: in a quorum without a trained group (alone,
-        or with other relaunched groups, while the others are busy in a step) it would train
-        from scratch apart from the job. Until it has healed from a live group, it asks again.
+        A group that has not trained yet holds no trained state. A relaunched one, in a quorum
+        without a trained group (alone, or with other relaunched groups while the others are
+        busy in a step), would train from scratch apart from the job; a fresh one that starts
+        late would do the same after the others finished, or train its share alone while the
+        others are still starting. So until it has healed from a trained group, or every group
+        of the job is in its quorum, it asks again; if the launcher says the job has finished
+        meanwhile, it exits with code 0 (:class:`ReplicaJobFinished`).
 
         Raises:
-            ReplicaQuorumError: No live group to heal from within the quorum timeout.
+            ReplicaQuorumError: A relaunched group found no live group to heal from within the
+                quorum timeout (a fresh group goes on with the groups it has then).
         """
+        if self._joined:
+            self.manager.start_step()
+            return
         deadline = time.monotonic() + self.manager.quorum_timeout_s
         while True:
-            self.manager.start_step()
-            # Healed (the job's step copied in), or every group is here (a job that failed
-            # before its first commit): anything else may be relaunched groups among themselves.
-            if (
-                not self._relaunched
-                or self.manager.committed_steps > 0
-                or self.manager.participants >= int(self.plugin.replicas or 1)
-            ):
-                self._relaunched = False
-                return
-            if time.monotonic() > deadline:
+            finished_by, late = self._agreed_in_group(
+                self._job_finished_by(), time.monotonic() > deadline
+            )
+            if finished_by is not None:
+                self._exit_job_finished(finished_by)
+            if late and self._relaunched:
                 raise ReplicaQuorumError(
                     f"replica group {self.plugin.replica_id} was relaunched but found no live "
                     f"group to heal from within {self.manager.quorum_timeout_s:g} s (no quorum "
                     "held a trained group); it does not train from scratch beside a job that "
-                    "has moved on. Check that the other groups are alive."
+                    "has moved on. Check that the other groups are alive; if they finished the "
+                    "job under launchers of their own (on other machines), this group had "
+                    "nothing left to train."
                 )
-            time.sleep(RELAUNCHED_RETRY_SECONDS)
+            try:
+                self.manager.start_step()
+            except ReplicaQuorumError:
+                finished_by = self._job_finished_by()
+                if finished_by is not None:
+                    self._exit_job_finished(finished_by)
+                raise
+            replicas = int(self.plugin.replicas or 1)
+            # Healed (the job's step copied in), or every group is here (a fresh job, or one
+            # that failed before its first commit); a fresh group that waited the quorum
+            # timeout goes on with the groups that came.
+            if (
+                self.manager.committed_steps > 0
+                or self.manager.participants >= replicas
+                or (late and not self._relaunched)
+            ):
+                if late and self.manager.participants < replicas:
+                    self._say(
+                        f"replica group {self.plugin.replica_id} starts with "
+                        f"{self.manager.participants} of {replicas} replica groups: the others "
+                        f"did not join within {self.manager.quorum_timeout_s:g} s (they heal "
+                        "from this one when they come)"
+                    )
+                self._joined = True
+                return
+            time.sleep(JOIN_RETRY_SECONDS)
+
+    def _agreed_in_group(self, finished_by: str | None, late: bool) -> tuple[str | None, bool]:
+        """What every process of this group decides on: the job finished, the wait is over.
+
+        The launcher's file can appear between two processes looking, and their clocks pass
+        the deadline at different moments: decided apart, one would wait in a quorum for
+        another that left.
+        """
+        if self._accelerator.num_processes == 1:
+            return finished_by, late
+        flags = torch.tensor(
+            [0 if finished_by is None else 1, 1 if late else 0], device=self._accelerator.device
+        )
+        finished, agreed_late = (int(value) for value in self._accelerator.reduce(flags, "max"))
+        if finished and finished_by is None:
+            finished_by = self._job_finished_by() or "a replica group"
+        return (finished_by if finished else None), bool(agreed_late)
+
+    def _job_finished_by(self) -> str | None:
+        """Which group finished the job, as the launcher's file says; ``None`` while none has."""
+        if self.plugin.job_finished_file is None:
+            return None
+        try:
+            return Path(self.plugin.job_finished_file).read_text().strip() or "a replica group"
+        except FileNotFoundError:
+            return None
+
+    def _exit_job_finished(self, finished_by: str) -> None:
+        """End this group, which has not trained, with code 0: another group finished the job.
+
+        Raises:
+            ReplicaJobFinished: Always.
+        """
+        replica_id = int(self.plugin.replica_id or 0)
+        started = "was relaunched" if self._relaunched else "started"
+        self._say(
+            f"replica group {replica_id} {started} after {finished_by} had finished the job: "
+            "every sample was trained in a committed step, so there is nothing left to train "
+            "and no live group to heal from; this group exits with code 0."
+        )
+        raise ReplicaJobFinished(replica_id, finished_by)
+
+    def _say(self, line: str) -> None:
+        """Print ``line`` on the group's main process (standard error)."""
+        if self._accelerator.is_main_process:
+            print(f"accel: {line}", file=sys.stderr, flush=True)
 
     def serves_shared_position(self) -> bool:
         """Training iterations (a prepared model in train mode) take the shared position."""
@@ -278,6 +386,56 @@ class ReplicaGroupTraining:
         if not self._quorum_seen:
             return self.plugin.replica_id == 0
         return self._saving_rank == 0
+
+    def save_in_one_group(
+        self, write: Callable[[], Saved], saved_elsewhere: Callable[[], Path]
+    ) -> Saved | Path:
+        """``save_state`` across replica groups: one group writes, the others check it did.
+
+        The saving group writes, then every group of the last quorum takes part in one
+        collective: the others learn whether the saver finished. If it did not (it died while
+        writing, or the collective failed), they write the same checkpoint themselves, into the
+        same folder (published atomically, so a second writer replaces a complete copy with a
+        complete copy), so no checkpoint is lost with the group that was writing it.
+
+        Args:
+            write: Writes the checkpoint from this process; returns what ``save_state`` returns.
+            saved_elsewhere: The folder another group writes into (advances the automatic
+                checkpoint number as a write would).
+        """
+        if self.saves_checkpoints():
+            result = write()
+            self._confirm_saved(wrote=True)
+            return result
+        iteration = self._accelerator.project_configuration.iteration
+        folder = saved_elsewhere()
+        if self._confirm_saved(wrote=False):
+            return folder
+        self._accelerator.project_configuration.iteration = iteration
+        self._say(
+            f"replica group {self.plugin.replica_id} writes checkpoint {folder} itself: the "
+            "group writing it did not confirm that it finished (it failed, or a group of the "
+            "last step's quorum did)."
+        )
+        return write()
+
+    def _confirm_saved(self, wrote: bool) -> bool:
+        """Whether the saving group confirmed its write (every process of the group agrees).
+
+        Once per committed step: a relaunched group replays the ``save_state`` calls of the
+        epochs the job had done (its loader yields nothing there) while the others train on,
+        so a second save at the same committed step takes no collective.
+        """
+        step = self.manager.committed_steps
+        if not self._quorum_seen or step == self._confirmed_at_step:
+            return True  # before the first step (group 0 saves alone), or a replayed save
+        self._confirmed_at_step = step
+        average = self.manager.average_value(1.0 if wrote else 0.0, self._accelerator.device)
+        confirmed = wrote or (average is not None and average > 0)
+        if self._accelerator.num_processes > 1:
+            missing = torch.tensor([0 if confirmed else 1], device=self._accelerator.device)
+            confirmed = int(self._accelerator.reduce(missing, "max").item()) == 0
+        return confirmed
 
     # Healing ---------------------------------------------------------------------------------
     def healing_state(self) -> dict[str, Any]:

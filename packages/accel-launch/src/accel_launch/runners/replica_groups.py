@@ -9,6 +9,13 @@ world, and tells its workers who they are (``ACCEL_FT_REPLICA_ID``, ``ACCEL_FT_R
 restarted for it. Group launchers die with this one (parent-death signal), and SIGTERM or
 SIGINT here is passed to every group as SIGTERM (exit 75 after SIGTERM, 130 after SIGINT).
 
+Once a group has finished (its script returned, exit code 0), the job's samples are all trained
+in committed steps: this launcher creates the file ``ACCEL_FT_JOB_FINISHED_FILE`` names, so that
+a relaunched group still waiting for a live group to heal from exits with code 0 instead of
+waiting out its quorum timeout, and a group that fails after that is not relaunched (there is
+nothing left to train, and no live group to heal from) and counts as a relaunch would end: exit
+code 0, unless it was out of restarts.
+
 ``python -m accel_launch.runners.replica_groups PLAN`` is the group launcher's entry: it runs the
 pickled one-group plan that this launcher wrote into a private folder.
 """
@@ -34,6 +41,7 @@ from accel_launch.replica_plan import DEFAULT_LIGHTHOUSE_PORT, ReplicaGroups
 from accel_launch.runners.guard import guarded
 from accel_state.contract import (
     FT_GROUP_RESTART_COUNT,
+    FT_JOB_FINISHED_FILE,
     FT_LIGHTHOUSE,
     FT_MIN_REPLICAS,
     FT_REPLICA_ID,
@@ -54,6 +62,7 @@ class GroupLauncher:
 
     replica_id: int
     plan_file: Path
+    finished_file: Path
     restarts: int = 0
     process: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
@@ -67,6 +76,7 @@ class GroupLauncher:
             FT_MIN_REPLICAS: str(groups.min_replicas),
             FT_LIGHTHOUSE: lighthouse,
             FT_GROUP_RESTART_COUNT: str(self.restarts),
+            FT_JOB_FINISHED_FILE: str(self.finished_file),
         }
         command = [sys.executable, "-m", "accel_launch.runners.replica_groups", str(self.plan_file)]
         self.process = subprocess.Popen(guarded(command), env=env, start_new_session=True)
@@ -164,14 +174,20 @@ def run_replica_groups(plan: LaunchPlan) -> int:
 
     The job succeeds when every group ends with exit code 0. A group out of restarts is
     reported and left out; the others go on (torchft lets a step commit without it), and the
-    exit code is that group's.
+    exit code is that group's. Once a group has finished, a failed group is not relaunched
+    and counts as exit code 0 while it had restarts left (a relaunch would find nothing to
+    train).
     """
     groups_plan = plan.fault_tolerance
     assert groups_plan is not None
     with tempfile.TemporaryDirectory(prefix="accel-ft-") as folder:
         plan_file = Path(folder) / "group-plan.pickle"
         plan_file.write_bytes(pickle.dumps(group_plan(plan)))
-        groups = [GroupLauncher(replica_id, plan_file) for replica_id in groups_plan.replica_ids]
+        finished_file = Path(folder) / "job-finished"
+        groups = [
+            GroupLauncher(replica_id, plan_file, finished_file)
+            for replica_id in groups_plan.replica_ids
+        ]
         stopping: list[int] = []
         with _lighthouse(plan, groups_plan) as lighthouse, _forward_stop_signals(groups, stopping):
             _say(
@@ -196,7 +212,11 @@ def _supervise(
     lighthouse: str,
     stopping: list[int],
 ) -> None:
-    """Wait until every group ended for good, relaunching failed ones while restarts last."""
+    """Wait until every group ended for good, relaunching failed ones while restarts last.
+
+    After a group finished, failed groups are not relaunched (see the module's docstring).
+    """
+    finished_by: int | None = None
     while not stopping and any(group.exit_code is None for group in groups):
         time.sleep(POLL_SECONDS)
         for group in groups:
@@ -208,6 +228,20 @@ def _supervise(
             if code == 0:
                 group.exit_code = 0
                 _say(plan, f"replica group {group.replica_id} finished")
+                if finished_by is None:
+                    finished_by = group.replica_id
+                    group.finished_file.write_text(f"replica group {group.replica_id}\n")
+            elif finished_by is not None and group.restarts < plan.max_restarts:
+                # A relaunch would find the job finished and exit 0: count that outcome now.
+                group.exit_code = 0
+                _say(
+                    plan,
+                    f"replica group {group.replica_id} failed ({_describe(code)}) after replica "
+                    f"group {finished_by} had finished the job; not relaunched: every sample "
+                    "was trained in a committed step, so nothing is left to train (what this "
+                    "group did after its last step, such as its own evaluation output, may be "
+                    "incomplete)",
+                )
             elif group.restarts < plan.max_restarts:
                 group.restarts += 1
                 _say(
