@@ -7,7 +7,7 @@ each epoch end, ``save_state()`` with automatic naming and ``total_limit``, then
 Each strategy runs it twice: uninterrupted for 3 epochs (copying its project folder right after
 epoch 0's checkpoint), and as a fresh launch on that copy that calls ``load_state()`` and runs
 epochs 1-2. Both must end with the same evaluation losses and saved weights, and every strategy's
-numbers must equal DDP's.
+numbers must equal DDP's. DDP also runs on 3 and 4 processes, where the resume must be exact.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ STRATEGIES: dict[str, list[str]] = {
     "zero3": [*ZERO, "3"],
 }
 DEEPSPEED_STRATEGIES = {"zero2", "zero3"}
+#: DDP also runs on these process counts: on 3 or more, a ring all-reduce's sums depend on the
+#: bucket layout, so only a resume that keeps the saved run's buckets is bit-equal.
+MORE_DDP_PROCESSES = (3, 4)
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 EPOCHS = 3
 
@@ -85,7 +88,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         )
         for name in names
     }
-    return run_waves(SCRIPT, root, [uninterrupted, resumed])
+    processes: dict[str, int] = {}
+    for count in MORE_DDP_PROCESSES:
+        name = f"ddp-{count}"
+        snapshot = str(root / f"{name}-after-epoch-0")
+        uninterrupted[name] = ([], ["--project", str(root / name), "--snapshot", snapshot])
+        resumed[f"{name}-resumed"] = ([], ["--project", snapshot, "--resume"])
+        processes.update({name: count, f"{name}-resumed": count})
+    return run_waves(SCRIPT, root, [uninterrupted, resumed], processes=processes)
 
 
 def _report(runs: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
@@ -129,6 +139,24 @@ def test_a_fresh_launch_resumes_to_the_uninterrupted_run(
     assert saved.keys() == reloaded.keys()
     for name, tensor in saved.items():
         torch.testing.assert_close(reloaded[name], tensor, rtol=1e-6, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("processes", [2, *MORE_DDP_PROCESSES])
+def test_ddp_resumes_bit_equal_on_any_number_of_processes(
+    runs: dict[str, dict[str, Any]], processes: int
+) -> None:
+    """Evaluation losses, clipped norms and saved weights equal the uninterrupted run's exactly."""
+    name = "ddp" if processes == 2 else f"ddp-{processes}"
+    whole, resumed = _report(runs, name), _report(runs, f"{name}-resumed")
+    assert whole["num_processes"] == resumed["num_processes"] == processes
+    assert resumed["first_epoch"] == 1 and sorted(resumed["eval_losses"]) == ["1", "2"]
+    for epoch, loss in resumed["eval_losses"].items():
+        assert loss == whole["eval_losses"][epoch], (epoch, loss, whole["eval_losses"])
+    assert resumed["clip_norms"] == whole["clip_norms"][-len(resumed["clip_norms"]) :]
+    saved, reloaded = _weights(whole), _weights(resumed)
+    assert saved.keys() == reloaded.keys()
+    differing = [key for key in saved if not torch.equal(saved[key], reloaded[key])]
+    assert not differing, f"weights differ after the resume on {processes} processes: {differing}"
 
 
 @pytest.mark.parametrize("strategy", _strategies())

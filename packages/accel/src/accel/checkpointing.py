@@ -181,7 +181,7 @@ class CheckpointingMixin(JobFactsMixin):
                 scaler=self.scaler,
                 blocking=blocking,
                 safe_serialization=safe_serialization,
-                metadata={"step": self.step},
+                metadata={"step": self.step, **self.strategy.checkpoint_metadata(self._models)},
             )
 
     def _folder_saved_by_another_group(self, output_dir: PathLike | None) -> Path:
@@ -262,6 +262,7 @@ class CheckpointingMixin(JobFactsMixin):
                 map_location=map_location,
             )
         self.step = int(loaded.metadata.get("step", 0))
+        self.strategy.checkpoint_metadata_loaded(self._models, loaded.metadata)
         self.precision.state_loaded()
 
     def latest_checkpoint(self) -> Path | None:

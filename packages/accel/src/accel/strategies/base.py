@@ -141,6 +141,19 @@ class ModelStrategy:
         """
         return list(models), list(optimizers), []
 
+    def checkpoint_metadata(self, models: Sequence[torch.nn.Module]) -> dict[str, Any]:
+        """JSON data of this strategy that ``save_state`` keeps in the checkpoint's manifest.
+
+        Called on every process while saving; :meth:`checkpoint_metadata_loaded` gets it back.
+        The default: nothing.
+        """
+        return {}
+
+    def checkpoint_metadata_loaded(
+        self, models: Sequence[torch.nn.Module], metadata: dict[str, Any]
+    ) -> None:
+        """Take back what :meth:`checkpoint_metadata` saved (every process, after loading)."""
+
 
 def state_dict_with_offloaded_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """``module.state_dict()``, with the weights of offloaded submodules loaded into it.

@@ -21,6 +21,11 @@ class CommHook:
     comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
     comm_state_option: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    @property
+    def chosen(self) -> bool:
+        """Whether a hook was asked for (anything but ``"no"``)."""
+        return DDPCommunicationHookType(self.comm_hook) != DDPCommunicationHookType.NO
+
     def register(self, model: DistributedDataParallel) -> None:
         """Register the hook (and its state) on ``model``."""
         kind = DDPCommunicationHookType(self.comm_hook)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,16 +14,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accel.strategies.base import ModelStrategy
 from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
+from accel.strategies.ddp_buckets import SteadyBuckets
 from accel_state import PartialState
 from accel_state.group_keeper import GroupHolders
 
 _RELEASE_WATCHDOG_SECONDS = 60.0
+#: Key of the checkpoint manifest's metadata holding each model's DDP bucket layout.
+DDP_BUCKETS_KEY = "ddp_buckets"
 
 
 class DDPStrategy(ModelStrategy):
     """Wraps trainable models in DDP, which broadcasts rank 0's weights at construction.
 
-    Settings are ``DistributedDataParallelKwargs`` fields.
+    Settings are ``DistributedDataParallelKwargs`` fields. Without a communication hook of the
+    user's (or ``static_graph``), DDP sums through :class:`SteadyBuckets`: bit for bit its own
+    sum, and a resume that is exact on any number of processes.
     """
 
     name = "DistributedDataParallel"
@@ -31,6 +37,7 @@ class DDPStrategy(ModelStrategy):
         hook_settings = {name: settings.pop(name) for name in COMM_HOOK_FIELDS if name in settings}
         super().__init__(state, **settings)
         self.comm_hook = CommHook(**hook_settings)
+        self._steady: dict[int, SteadyBuckets] = {}
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap ``model`` in DDP unless it has nothing to train or is already wrapped."""
@@ -47,9 +54,32 @@ class DDPStrategy(ModelStrategy):
             output_device=device_ids[0] if device_ids else None,
             **self.settings,
         )
-        self.comm_hook.register(wrapped)
+        if self.comm_hook.chosen or wrapped.static_graph:
+            self.comm_hook.register(wrapped)
+        else:  # DDP's own sum, and a resumed first step in the saved run's buckets
+            steady = SteadyBuckets(wrapped)
+            steady.register()
+            self._steady[id(wrapped)] = steady
         _WRAPPERS.add(wrapped)
         return wrapped
+
+    def checkpoint_metadata(self, models: Sequence[torch.nn.Module]) -> dict[str, Any]:
+        """Each DDP model's gradient buckets (:mod:`accel.strategies.ddp_buckets`)."""
+        steady = [self._steady.get(id(model)) for model in models]
+        layouts = [None if hook is None else hook.layout() for hook in steady]
+        return {DDP_BUCKETS_KEY: layouts} if any(layouts) else {}
+
+    def checkpoint_metadata_loaded(
+        self, models: Sequence[torch.nn.Module], metadata: dict[str, Any]
+    ) -> None:
+        """A resumed run sums its first step in the buckets the saved run was using."""
+        layouts = metadata.get(DDP_BUCKETS_KEY)
+        if not isinstance(layouts, list) or len(layouts) != len(models):
+            return
+        for model, layout in zip(models, layouts, strict=True):
+            steady = self._steady.get(id(model))
+            if steady is not None and layout:
+                steady.resume_in(layout)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module | None:
         """The module inside a DDP wrapper."""
