@@ -15,29 +15,17 @@ import statistics
 import time
 
 import torch
+from bench_accelerator import BATCH, CLASSES, FEATURES, make_model  # the same MLP as that benchmark
 from torch.nn.parallel import DistributedDataParallel
 
 from accel.strategies.ddp_buckets import SteadyBuckets
 from accel_state import PartialState
 from accel_state.testing import spawn_workers
 
-FEATURES, HIDDEN, BATCH = 256, 1024, 64
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, HIDDEN),
-        torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, HIDDEN),
-        torch.nn.ReLU(),
-        torch.nn.Linear(HIDDEN, 1),
-    )
-
 
 def _seconds_per_step(ddp: DistributedDataParallel, steps: int) -> float:
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    inputs, targets = torch.randn(BATCH, FEATURES), torch.randn(BATCH, 1)
+    inputs, targets = torch.randn(BATCH, FEATURES), torch.randn(BATCH, CLASSES)
     for _ in range(3):  # warm-up, and DDP's bucket rebuild
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
@@ -58,7 +46,7 @@ def rounds(pairs: int, steps: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"plain": [], "hook": []}
     for _ in range(pairs):
         for variant in ("plain", "hook"):
-            ddp = DistributedDataParallel(_model())
+            ddp = DistributedDataParallel(make_model())
             if variant == "hook":
                 SteadyBuckets(ddp).register()
             times[variant].append(_seconds_per_step(ddp, steps))
