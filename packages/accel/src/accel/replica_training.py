@@ -284,15 +284,17 @@ class ReplicaGroupTraining:
         the deadline at different moments: decided apart, one would wait in a quorum for
         another that left.
         """
-        if self._accelerator.num_processes == 1:
-            return finished_by, late
-        flags = torch.tensor(
-            [0 if finished_by is None else 1, 1 if late else 0], device=self._accelerator.device
-        )
-        finished, agreed_late = (int(value) for value in self._accelerator.reduce(flags, "max"))
+        finished, agreed_late = self._any_in_group(finished_by is not None, late)
         if finished and finished_by is None:
             finished_by = self._job_finished_by() or "a replica group"
-        return (finished_by if finished else None), bool(agreed_late)
+        return (finished_by if finished else None), agreed_late
+
+    def _any_in_group(self, *flags: bool) -> list[bool]:
+        """Each flag, true if it is true on any process of this group (one collective)."""
+        if self._accelerator.num_processes == 1:
+            return list(flags)
+        values = torch.tensor([int(flag) for flag in flags], device=self._accelerator.device)
+        return [bool(value) for value in self._accelerator.reduce(values, "max").tolist()]
 
     def _job_finished_by(self) -> str | None:
         """Which group finished the job, as the launcher's file says; ``None`` while none has."""
@@ -432,10 +434,8 @@ class ReplicaGroupTraining:
         self._confirmed_at_step = step
         average = self.manager.average_value(1.0 if wrote else 0.0, self._accelerator.device)
         confirmed = wrote or (average is not None and average > 0)
-        if self._accelerator.num_processes > 1:
-            missing = torch.tensor([0 if confirmed else 1], device=self._accelerator.device)
-            confirmed = int(self._accelerator.reduce(missing, "max").item()) == 0
-        return confirmed
+        (missing,) = self._any_in_group(not confirmed)
+        return not missing
 
     # Healing ---------------------------------------------------------------------------------
     def healing_state(self) -> dict[str, Any]:
