@@ -56,10 +56,11 @@ OTHER_VARIABLES = {
     "ACCEL_CONFIG_FILE": "config file `accel launch` reads when `--config_file` is not given",
     "ACCEL_LOG_LEVEL": "level of accel's loggers (`INFO`, `DEBUG`...; Accelerate's "
     "`ACCELERATE_LOG_LEVEL` is read too)",
-    "ACCEL_SLOW_RANK_INTERVAL": "backward passes between two exchanges of per-rank step times "
-    "(default 100; `0` turns the slow-rank warning off)",
-    "ACCEL_SLOW_RANK_THRESHOLD": "how much slower than the median a rank must be to be named, "
-    "as a fraction (default 0.2)",
+    "ACCEL_SLOW_RANK_INTERVAL": "backward passes per window of the slow-rank report, whose "
+    "per-phase step times the ranks exchange (default 10; `0` turns the report off)",
+    "ACCEL_SLOW_RANK_MIN_MS": "how many milliseconds per step a rank must lose in one phase to "
+    "be named slow (default 10)",
+    "ACCEL_SLOW_RANK_THRESHOLD": "and what fraction of the median step (default 0.1)",
 }
 #: Variables that only accel's own test helpers read; not documented for users.
 TEST_VARIABLE = re.compile(r"ACCEL_(TEST|CKPT_TEST)_\w+")

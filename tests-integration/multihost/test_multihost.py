@@ -89,10 +89,11 @@ def test_the_everyday_loop_on_test_hosts_ends_bit_equal_to_one_machine(
     hosts = make_hosts(count, hosts_file)
     out = tmp_path / "out"
     # The last host is slow (a sleep in its steps): it changes no number, and the main process
-    # must name its ranks in the slow-rank report (every 5 backward passes here).
+    # must name its ranks in the slow-rank report (windows of 2 backward passes here: an epoch
+    # is 6 to 8 steps, and a rank is named when slow in two windows in a row).
     slow = hosts[count - 1]
     hooks = ["--slow_host", slow.hostname, "--slow_seconds", "0.04"]
-    flags = ["--env", "ACCEL_SLOW_RANK_INTERVAL=5"]
+    flags = ["--env", "ACCEL_SLOW_RANK_INTERVAL=2"]
 
     def run(args, tag):
         finished = run_job(hosts, [*args, *hooks], tmp_path, backend, flags=flags, tag=tag)

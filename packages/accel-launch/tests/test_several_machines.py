@@ -147,3 +147,83 @@ def test_a_store_that_stops_answering_reads_as_its_launcher_lost_with_the_real_w
         "started (gone): the launcher at 127.0.0.1 serving it ended or its link is down."
     ), text
     assert "arrived" not in text.split("[")[0]
+
+
+def test_a_machine_whose_launcher_stops_beating_is_named_silent_with_its_ranks():
+    port = _free_port()
+
+    def machines(*flags):
+        return plan_for(
+            "--num_machines", "3", "--num_processes", "3", "--main_process_ip", "127.0.0.1",
+            "--main_process_port", str(port), *flags,
+        )  # fmt: skip
+
+    boards = [MachineBoard(machines())]
+    boards[0].open()
+    boards += [MachineBoard(machines("--machine_rank", str(rank))) for rank in (1, 2)]
+    try:
+        for board in boards[1:]:
+            board.open()
+        for board in boards:
+            board.watch()
+        main, other, lost = boards
+        deadline = time.monotonic() + 60
+        while len(main._beats) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert main.everyone_arrived and main.silent_machines() == []  # all beat
+        lost.close()  # its launcher stops beating, as a machine cut off would
+        while not other.silent_machines() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # The store's host saw it; the other machine read the host's post.
+        for board in (main, other):
+            [(index, text, seconds)] = board.silent_machines()
+            assert index == 2 and text.startswith(socket.gethostname()) and seconds >= 5
+            line = board.describe_silent(board.silent_machines())
+            assert line.startswith(f"machine 2 ({text}; rank 2) silent for ")
+    finally:
+        for board in reversed(boards):
+            board.close()
+
+
+def _child_failure(tmp_path, texts):
+    """torch elastic's ChildFailedError for ranks that failed with ``texts`` (their error files)."""
+    import json
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failures = {}
+    for rank, text in enumerate(texts):
+        path = tmp_path / f"error-{rank}.json"
+        extra = {"py_callstack": text, "timestamp": "100", "accel_timestamp": repr(100.0 + rank)}
+        path.write_text(json.dumps({"message": {"message": text, "extraInfo": extra}}))
+        failures[rank] = ProcessFailure(
+            local_rank=rank, pid=1000 + rank, exitcode=1, error_file=str(path)
+        )
+    return ChildFailedError("train.py", failures)
+
+
+WAITED = (
+    "accel_ops.errors.CollectiveTimeoutError: torch Reducer._rebuild_buckets #7 (train.py:40) "
+    "timed out on rank {rank} of 4 after 20.0 s: not every process entered the matching "
+    "collective.\nSilent: ranks 2, 3 on node1 (198.18.0.11)."
+)
+
+
+def test_ranks_that_waited_for_a_silent_machine_are_not_called_the_first_failure(tmp_path):
+    from accel_launch.runners.elastic import describe_failure
+
+    error = _child_failure(tmp_path, [WAITED.format(rank=0), WAITED.format(rank=1)])
+    silent = "machine 1 (node1 198.18.0.11; ranks 2, 3) silent for 26 s"
+    summary, code = describe_failure(error, silent=silent)
+    assert code == 1
+    assert summary.startswith(f"accel launch: the job failed: {silent}: its launcher stopped")
+    assert "(first failure)" not in summary
+    assert summary.count("(waited for the silent machine)") == 2
+    # A rank that failed for a reason of its own is still the first failure.
+    error = _child_failure(tmp_path, [WAITED.format(rank=0), "ValueError: bad batch"])
+    summary, _ = describe_failure(error, silent=silent)
+    assert "rank 1 (local rank 1, pid 1001) exited with code 1  (first failure)" in summary
+    # Without a silent machine, the earliest timeout is the first failure, as before.
+    error = _child_failure(tmp_path, [WAITED.format(rank=0), WAITED.format(rank=1)])
+    summary, _ = describe_failure(error)
+    assert "rank 0 (local rank 0, pid 1000) exited with code 1  (first failure)" in summary

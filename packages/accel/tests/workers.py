@@ -148,6 +148,71 @@ def slow_rank_reports(slow_rank: int, slow_seconds: float, steps: int) -> list[s
     return [report for report in reports if report]
 
 
+class _SlowWhenAsked(Dataset):
+    """``n`` samples; reading one sleeps while :data:`_SLOW_NOW` says ``"data"``."""
+
+    def __init__(self, n: int) -> None:
+        self.x = torch.randn(n, FEATURES, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        _sleep_in("data")
+        return self.x[index]
+
+
+#: The phase the slow rank is slow in right now ("" on the other ranks, and between phases).
+_SLOW_NOW = {"phase": "", "seconds": 0.0}
+
+
+def _sleep_in(phase: str) -> None:
+    import time
+
+    if _SLOW_NOW["phase"] == phase:
+        time.sleep(_SLOW_NOW["seconds"])
+
+
+def slow_rank_in_each_phase(
+    slow_rank: int, seconds: float, phases: list[str], steps_per_phase: int
+) -> dict:
+    """Train on a real loader, ``slow_rank`` slow by ``seconds`` in each of ``phases`` in turn.
+
+    Each phase lasts ``steps_per_phase`` steps: a dataset that sleeps while read ("data"), a
+    forward pre-hook ("forward"), a hook on the gradient of the model's output, the first thing
+    backward computes ("backward"), a step pre-hook of the optimizer ("optimizer"); "" is none.
+    Returns the reports with the step (0-based) at which each was made, and the windows judged.
+    """
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = steps_per_phase * len(phases)
+    loader = DataLoader(_SlowWhenAsked(steps * accelerator.num_processes), batch_size=1)
+    model.register_forward_pre_hook(lambda module, args: _sleep_in("forward"))
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: _sleep_in("optimizer"))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    mine = accelerator.process_index == slow_rank
+    reports: list[tuple[int, str]] = []
+    last = ""
+    for step, x in enumerate(loader):
+        _SLOW_NOW.update(phase=phases[step // steps_per_phase] if mine else "", seconds=seconds)
+        output = model(x)
+        output.register_hook(lambda gradient: (_sleep_in("backward"), gradient)[1])
+        accelerator.backward(output.sum())
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor = accelerator.fault_tolerance.slow_ranks
+        if monitor is not None and monitor.last_report != last:
+            last = monitor.last_report
+            reports.append((step, last))
+    monitor = accelerator.fault_tolerance.slow_ranks
+    assert monitor is not None
+    return {"reports": reports, "windows": monitor.windows, "enabled": monitor.enabled}
+
+
 def slow_rank_report_around_uneven_inputs() -> int:
     """Rank 0 runs 5 backward passes inside Join, rank 1 runs 2; then both run 4 more."""
     accelerator = Accelerator()

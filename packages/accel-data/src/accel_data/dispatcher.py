@@ -280,6 +280,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self._fetch_started()
         resume = self._take_resume()
         self._open_epoch(resume)
         try:
@@ -327,7 +328,9 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader[Any]):
                     self.signal_last_batch(following.real)
                 if mine is not None:
                     self._batches_yielded += 1
+                    self._fetch_finished()
                     yield mine
+                    self._fetch_started()
                 if not announced.last and not look_ahead:
                     local, following = self._next_round(rounds)
                 announced = following

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
@@ -49,6 +49,20 @@ def dataloader_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
         kwargs.pop("prefetch_factor", None)
         kwargs.pop("persistent_workers", None)
     return kwargs
+
+
+class FetchObserver(Protocol):
+    """Told when a prepared loader starts and finishes producing a batch (accel's slow-rank report).
+
+    The time between the two calls is the loader's share of the step: reading, collating and
+    moving the batch, after the training loop asked for it.
+    """
+
+    def fetch_started(self) -> None:
+        """The loop asked for the next batch."""
+
+    def fetch_finished(self) -> None:
+        """The batch is ready and about to be handed to the loop."""
 
 
 @dataclasses.dataclass
@@ -142,6 +156,8 @@ class DataLoaderStateMixin:
     _epoch_generator_state: torch.Tensor | None = None
     _epoch_base_rng_state: torch.Tensor | None = None
     _sample_offset: int = 0  # samples of the epoch consumed before this run's batches (elastic)
+    #: Told when each batch is asked for and ready (set by ``Accelerator.prepare``), or None.
+    fetch_observer: FetchObserver | None = None
 
     def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
         """A ``StatefulDataLoader`` too when ``use_stateful_dataloader`` (and torchdata is there)."""
@@ -151,6 +167,20 @@ class DataLoaderStateMixin:
 
     #: Accelerate's wrapped loader: accel's loaders are the ``DataLoader`` themselves.
     base_dataloader = _ItSelf()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the fetch observer (it belongs to this process's Accelerator)."""
+        state = self.__dict__.copy()
+        state.pop("fetch_observer", None)
+        return state
+
+    def _fetch_started(self) -> None:
+        if self.fetch_observer is not None:
+            self.fetch_observer.fetch_started()
+
+    def _fetch_finished(self) -> None:
+        if self.fetch_observer is not None:
+            self.fetch_observer.fetch_finished()
 
     # ------------------------------------------------------------------ GradientState
     @property

@@ -84,6 +84,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
             synchronize_rng_state(RNGType.GENERATOR, self.synchronized_generator)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self._fetch_started()
         resume = self._take_resume()
         self._open_epoch(resume)
         try:
@@ -102,7 +103,9 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader[Any]):
                     if following is _END:
                         self.signal_last_batch(self._measured_remainder())
                     self._batches_yielded += 1
+                    self._fetch_finished()
                     yield current
+                    self._fetch_started()
                     current = following
             self._complete_epoch()
         finally:

@@ -136,6 +136,24 @@ def _reports() -> dict[str, str]:
         return {}
 
 
+def _translated(error: BaseException) -> BaseException:
+    """The error as the worker's libraries explain it (``accel_state.failures.translate``).
+
+    A raw gloo timeout raised inside DDP, FSDP or the script's own ``torch.distributed`` call
+    becomes accel-ops' explanation, naming the operation, the script's line and the silent
+    ranks with their hosts.
+    """
+    failures = sys.modules.get("accel_state.failures")
+    translate = getattr(failures, "translate", None)
+    if translate is None:
+        return error
+    try:
+        translated = translate(error)
+    except Exception:  # noqa: BLE001 - never let a report hide the failure
+        return error
+    return translated if isinstance(translated, BaseException) else error
+
+
 def record(error: BaseException, when: float) -> None:
     """Write torch elastic's error file for ``error`` unless the script already wrote one."""
     path = os.environ.get(ERROR_FILE)
@@ -227,7 +245,8 @@ def main() -> None:
         if stop.code not in (None, 0):
             record(stop, time.time())
         raise
-    except Exception as error:  # noqa: BLE001 - recorded, reported like Python would, exit 1
+    except Exception as raised:  # noqa: BLE001 - recorded, reported like Python would, exit 1
+        error = _translated(raised)
         record(error, time.time())
         trimmed = error.with_traceback(_script_frames(error))  # Python prints __traceback__
         sys.excepthook(type(trimmed), trimmed, trimmed.__traceback__)

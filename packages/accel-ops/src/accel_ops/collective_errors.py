@@ -48,7 +48,7 @@ _SILENT = (
 )
 
 
-def _is_distributed_error(error: BaseException) -> bool:
+def is_distributed_error(error: BaseException) -> bool:
     """Raised by torch.distributed itself: a ``DistError``, or gloo's plain ``RuntimeError``.
 
     Subclasses of ``RuntimeError`` raised by libraries (accel-ckpt's own errors, out of memory)
@@ -81,7 +81,7 @@ def explain(
         where: This process's position line, as the other ranks will read it.
     """
     entry.mark_failed()
-    if isinstance(error, AccelOpsError) or not _is_distributed_error(error):
+    if isinstance(error, AccelOpsError) or not is_distributed_error(error):
         return error
     rank, world_size = _rank_and_size()
     waited = time.monotonic() - entry.started

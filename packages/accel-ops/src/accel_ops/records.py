@@ -25,6 +25,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import sys
 import threading
 import time
@@ -34,8 +35,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from accel_ops.collective_errors import explain
-from accel_state.failures import register_reporter
+from accel_ops.collective_errors import explain, is_distributed_error
+from accel_state.failures import register_reporter, register_translator
 from accel_state.shared import on_reset
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -212,6 +213,7 @@ def _seq(entry: CollectiveRecord) -> int:
 
 class _PerThread(threading.local):
     current: CollectiveRecord | None = None  # the record in progress on this thread, if any
+    inside: float = 0.0  # seconds this thread has spent in finished records, in all
 
 
 RING = CollectiveRing()
@@ -246,6 +248,23 @@ def current_record() -> CollectiveRecord | None:
     return _local.current
 
 
+def seconds_in_records() -> float:
+    """Seconds this thread has spent inside recorded operations so far (finished ones).
+
+    A clock of waiting: the time between two readings that went to collectives (and to other
+    recorded operations, such as ``save_state``), which the slow-rank report takes out of a
+    rank's own work.
+    """
+    return _local.inside
+
+
+def _finish(entry: CollectiveRecord, seq: int, started: float) -> None:
+    _local.current = None
+    _local.inside += time.monotonic() - started
+    if entry.seq == seq:  # the slot was not taken over meanwhile (ring wrapped)
+        entry.state = DONE
+
+
 def annotate(phase: str) -> None:
     """Say what the operation in progress on this thread is doing now (shown in reports)."""
     entry = _local.current
@@ -270,16 +289,14 @@ def recorded(op: str, *, operand: bool = True) -> Callable[[F], F]:
             if _local.current is not None:
                 return function(*args, **kwargs)  # inside another record: part of it
             entry = RING.add(op, args[0] if operand and args else None, sys._getframe(1))
-            seq = entry.seq
+            seq, started = entry.seq, entry.started
             _local.current = entry
             try:
                 result = function(*args, **kwargs)
             except BaseException as error:  # noqa: BLE001 - re-raised, explained
                 _local.current = None
                 _raise_explained(error, entry)
-            _local.current = None
-            if entry.seq == seq:  # the slot was not taken over meanwhile (ring wrapped)
-                entry.state = DONE
+            _finish(entry, seq, started)
             return result
 
         return wrapper  # type: ignore[return-value]
@@ -306,7 +323,7 @@ def record(
         yield None
         return
     entry = RING.add(op, operand, sys._getframe(2))
-    seq = entry.seq
+    seq, started = entry.seq, entry.started
     if site is not None:
         entry.code, entry.offset = site
     _local.current = entry
@@ -315,9 +332,7 @@ def record(
     except BaseException as error:  # noqa: BLE001 - re-raised, explained
         _local.current = None
         _raise_explained(error, entry)
-    _local.current = None
-    if entry.seq == seq:
-        entry.state = DONE
+    _finish(entry, seq, started)
 
 
 def _raise_explained(error: BaseException, entry: CollectiveRecord) -> None:
@@ -326,6 +341,57 @@ def _raise_explained(error: BaseException, entry: CollectiveRecord) -> None:
     if explained is error:
         raise error
     raise explained from (None if entry.state == TIMED_OUT else error)
+
+
+#: Where torch's own frames live: an unrecorded collective is named after the innermost of them.
+_TORCH_FOLDER = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+_GLOO_WAITED = re.compile(r"[Tt]imed out waiting (\d+) ?ms")
+
+
+def explain_uncaught(error: BaseException) -> BaseException:
+    """The explained form of a distributed error that ends this process outside any record.
+
+    DDP's own collectives (its bucket rebuild in ``forward``, ``broadcast_buffers``), FSDP's and
+    a script's raw ``torch.distributed`` calls raise gloo's plain text ("Timed out waiting
+    60000ms for send operation"). The error is explained as a record's would be, with a record
+    made from its traceback: the innermost torch function as the operation, the script's line
+    as the caller. Anything else is returned as it is.
+    """
+    if not is_distributed_error(error) or _explained(error):
+        return error
+    frames = []
+    tb = error.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    inside_torch = [tb for tb in frames if tb.tb_frame.f_code.co_filename.startswith(_TORCH_FOLDER)]
+    callers = [
+        tb
+        for tb in frames
+        if not tb.tb_frame.f_code.co_filename.startswith(_TORCH_FOLDER)
+        and not _is_internal(tb.tb_frame.f_code)
+    ]
+    operation = inside_torch[-1].tb_frame.f_code if inside_torch else None
+    name = f"torch {operation.co_qualname}" if operation is not None else "torch collective"
+    entry = RING.add(name, None, None)  # kept, so the worker's position names it
+    if callers:
+        entry.code, entry.offset = callers[-1].tb_frame.f_code, callers[-1].tb_lasti
+    waited = _GLOO_WAITED.search(str(error))
+    entry.started = time.monotonic() - (int(waited.group(1)) / 1000 if waited else 0.0)
+    entry.phase = "outside accel's collectives"
+    explained = explain(error, entry, records, describe_position)
+    if explained is not error:
+        explained.__cause__ = None if entry.state == TIMED_OUT else error
+        explained.__suppress_context__ = True
+        explained.__traceback__ = error.__traceback__
+    return explained
+
+
+def _explained(error: BaseException) -> bool:
+    """Whether ``error`` was raised from a record's explanation already (or is accel-ops' own)."""
+    from accel_ops.errors import AccelOpsError
+
+    return isinstance(error, AccelOpsError)
 
 
 def records() -> list[CollectiveRecord]:
@@ -366,3 +432,4 @@ register_internal_package(
     os.path.dirname(os.path.abspath(sys.modules["accel_state"].__file__ or ""))
 )
 register_reporter("collectives", describe_position)
+register_translator(explain_uncaught)

@@ -10,6 +10,9 @@ Libraries in a worker can also say where the worker was when it failed: :func:`r
 adds a function whose one-line answer (accel-ops: "waits in gather #57 (train.py:42)") the
 launcher's failure recorder writes into torch elastic's error file (under
 :data:`accel_state.contract.COLLECTIVES_KEY`), so the launcher can put every rank side by side.
+:func:`register_translator` adds one that explains an error that reached the top of the
+worker (accel-ops: a raw gloo timeout raised inside DDP or a user's own ``torch.distributed``
+call, outside accel's collectives); the recorder reports the translation.
 This module imports the standard library only: the recorder reads it from a worker's
 ``sys.modules`` without importing anything.
 """
@@ -82,6 +85,29 @@ def first_failure(failures: Sequence[RankFailure]) -> RankFailure:
 
 # Wiring, not state: libraries register once at import, and reset_state() keeps them.
 _REPORTERS: dict[str, Callable[[], str]] = {}
+_TRANSLATORS: list[Callable[[BaseException], BaseException]] = []
+
+
+def register_translator(translator: Callable[[BaseException], BaseException]) -> None:
+    """Have ``translator`` explain an error that ends a worker (accel-ops: a raw gloo timeout).
+
+    Args:
+        translator: Returns the error to report instead, or the same error; it must not raise.
+    """
+    if translator not in _TRANSLATORS:
+        _TRANSLATORS.append(translator)
+
+
+def translate(error: BaseException) -> BaseException:
+    """The error to report for ``error``, which ends this process: the first translation made."""
+    for translator in list(_TRANSLATORS):
+        try:
+            translated = translator(error)
+        except Exception:  # noqa: BLE001 - a report must never mask the failure it describes
+            continue
+        if translated is not error:
+            return translated
+    return error
 
 
 def register_reporter(name: str, reporter: Callable[[], str]) -> None:

@@ -43,7 +43,12 @@ from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
 from accel_ckpt import Checkpointer, ProjectConfiguration
-from accel_data import DataLoaderConfiguration, prepare_data_loader, skip_first_batches
+from accel_data import (
+    DataLoaderConfiguration,
+    DataLoaderStateMixin,
+    prepare_data_loader,
+    skip_first_batches,
+)
 from accel_data.shared_position import SharedPositionLoader
 from accel_state import GradientState
 
@@ -244,7 +249,7 @@ class Accelerator(
         self._parameter_moves: ParameterMoves = {}
         self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._trigger = Trigger(self.device)
-        self.fault_tolerance = FaultTolerance(self.state.partial)
+        self.fault_tolerance = FaultTolerance(self.state.partial, strategy=self.strategy)
         plugin = (
             fault_tolerance.resolved()
             if fault_tolerance is not None
@@ -434,6 +439,7 @@ class Accelerator(
         prepared = AcceleratedOptimizer(
             optimizer, device_placement=placement, precision=self.precision, strategy=self.strategy
         )
+        prepared.step_observer = self.fault_tolerance
         self._optimizers.append(prepared)
         if self.replica_training is not None:
             self.replica_training.check_optimizer(self._optimizers)
@@ -491,6 +497,8 @@ class Accelerator(
             non_blocking=config.non_blocking,
             use_stateful_dataloader=config.use_stateful_dataloader,
         )
+        if isinstance(prepared, DataLoaderStateMixin):
+            prepared.fetch_observer = self.fault_tolerance  # the slow-rank report's data clock
         if self.replica_training is not None:
             prepared = self.replica_training.wrap_dataloader(data_loader, in_group=prepared)
         self._dataloaders.append(prepared)

@@ -33,6 +33,7 @@ import torch
 
 import accel_ops
 from accel.slow_ranks import SlowRankMonitor
+from accel.strategies.base import ModelStrategy
 from accel_ops.records import record, register_internal_package
 from accel_state import PartialState
 
@@ -56,10 +57,13 @@ class FaultTolerance:
 
     Args:
         state: The process's state (ranks, device, timeouts).
+        strategy: The model strategy, whose clocks the slow-rank report reads
+            (see :mod:`accel.slow_ranks`).
     """
 
-    def __init__(self, state: PartialState) -> None:
+    def __init__(self, state: PartialState, strategy: ModelStrategy | None = None) -> None:
         self.state = state
+        self._strategy = strategy
         self.stop_requested = False  # this process got SIGTERM
         self.stopping = False  # every process agreed to stop
         self._installed = False
@@ -154,13 +158,41 @@ class FaultTolerance:
                 self.state.lower_timeouts()
         timed = not self._slow_ranks_paused
         if timed and self.slow_ranks is None:
-            self.slow_ranks = SlowRankMonitor(self.state)
+            self.slow_ranks = SlowRankMonitor(self.state, self._strategy)
         if timed and self.slow_ranks is not None:
             self.slow_ranks.before_backward()
         with record("backward", loss):
             yield
         if timed and self.slow_ranks is not None:
             self.slow_ranks.after_backward()
+
+    # The slow-rank report's clocks (a prepared dataloader's FetchObserver, the optimizer's step).
+    def _timing(self) -> SlowRankMonitor | None:
+        return None if self._slow_ranks_paused else self.slow_ranks
+
+    def fetch_started(self) -> None:
+        """A prepared dataloader was asked for a batch."""
+        monitor = self._timing()
+        if monitor is not None:
+            monitor.fetch_started()
+
+    def fetch_finished(self) -> None:
+        """The batch is ready."""
+        monitor = self._timing()
+        if monitor is not None:
+            monitor.fetch_finished()
+
+    def step_started(self) -> None:
+        """A prepared optimizer's step begins."""
+        monitor = self._timing()
+        if monitor is not None:
+            monitor.step_started()
+
+    def step_finished(self) -> None:
+        """A prepared optimizer's step ended."""
+        monitor = self._timing()
+        if monitor is not None:
+            monitor.step_finished()
 
     @contextlib.contextmanager
     def slow_ranks_paused(self) -> Iterator[None]:

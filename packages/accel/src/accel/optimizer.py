@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -38,6 +38,16 @@ def patch_optimizer_step(
         return method(*args, **kwargs)
 
     return patched_step
+
+
+class StepObserver(Protocol):
+    """Told when each real optimizer step starts and ends (accel's slow-rank report)."""
+
+    def step_started(self) -> None:
+        """The step begins."""
+
+    def step_finished(self) -> None:
+        """The step ended."""
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -75,6 +85,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         #: Set under fault tolerance: averages the gradients across replica groups and says
         #: whether the step is committed (else the optimizer does not step).
         self.commit_gate: Callable[[torch.optim.Optimizer], bool] | None = None
+        #: Told when each real step starts and ends (the slow-rank report's optimizer clock).
+        self.step_observer: StepObserver | None = None
         if device_placement and optimizer.state:
             self._move_state_to_parameter_devices()
 
@@ -140,6 +152,17 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if self.commit_gate is not None and not self.commit_gate(self.optimizer):
             self._step_was_skipped = True
             return
+        observer = self.step_observer
+        if observer is not None:
+            observer.step_started()
+        try:
+            self._step(closure)
+        finally:
+            if observer is not None:
+                observer.step_finished()
+
+    def _step(self, closure: Callable[[], float] | None) -> None:
+        """The real step: the strategy's hooks around the optimizer's (or the scaler's) step."""
         if self.strategy is not None:
             self.strategy.before_optimizer_step(self.optimizer)
         kwargs = {} if closure is None else {"closure": closure}
@@ -200,7 +223,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        state = self.__dict__.copy()
+        state["step_observer"] = None  # belongs to this process's Accelerator
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

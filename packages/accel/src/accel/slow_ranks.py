@@ -1,20 +1,38 @@
-"""Name the slow machine: per-rank step times, exchanged every N steps, against the median.
+"""Name the slow machine, and where its time goes: data, forward, backward or the optimizer step.
 
 In synchronous data parallel training every rank waits for the slowest in each gradient
 all-reduce, so the step time is the same everywhere and a slow host (a throttled GPU, a busy
-CPU, a slow disk feeding the loader) only shows as a slower job. What differs is the time each
-rank spends *outside* the backward pass: data loading, forward, the optimizer step and the
-script's own code, from the end of one ``accelerator.backward`` to the start of the next. Every
-:data:`DEFAULT_INTERVAL` backward passes the ranks all-gather their mean of that time (one small
-collective); the main process names each rank whose mean exceeds the median by more than the
-threshold, with its host, once for as long as the set of slow ranks stays the same.
+CPU, a slow disk feeding the loader) only shows as a slower job. What differs between ranks is
+each rank's *own* work in each phase of a step, which this monitor times on every rank:
+
+* **data**: from the loop asking a prepared dataloader for a batch to the batch being ready;
+* **backward**: from the start of ``accelerator.backward`` to this rank's last gradient bucket
+  being ready to sum (DDP: accel's communication hook sees each bucket; the wait for the other
+  ranks comes after that);
+* **optimizer**: ``optimizer.step()``;
+* **forward**: the rest of the time between two backward passes (the forward pass and the
+  script's own code).
+
+Time inside accel's recorded collectives (``gather``, ``should_stop``, ``save_state``...) is
+waiting for the others, not work, and is taken out of each phase. A phase in which the strategy
+itself waits for the other ranks is not compared at all (a fast rank waiting there would look
+slow): :attr:`~accel.strategies.base.ModelStrategy.phases_without_waiting` says which are clean
+(FSDP: data and optimizer; DeepSpeed: data), and backward counts only where
+:meth:`~accel.strategies.base.ModelStrategy.gradients_ready_at` answers.
+
+Every :data:`DEFAULT_INTERVAL` backward passes the ranks all-gather their median per step of
+each phase over that window (one small collective). The main process names a rank in a phase
+when its median exceeds the median rank's by more than :data:`DEFAULT_MIN_SECONDS` *and* by
+more than the threshold times the median step, in :data:`CONFIRMING_WINDOWS` windows in a row:
+the jitter of a busy machine is neither large nor lasting, a slow machine is both. A report is
+said once for as long as the same ranks stay slow in the same phases.
 
 Settings (environment, read once per Accelerator):
 
-* ``ACCEL_SLOW_RANK_INTERVAL``: backward passes between exchanges (default 100; ``0`` turns the
-  report off);
-* ``ACCEL_SLOW_RANK_THRESHOLD``: how much slower than the median counts as slow, as a fraction
-  (default 0.2, i.e. 20 %).
+* ``ACCEL_SLOW_RANK_INTERVAL``: backward passes per window (default 10; ``0`` turns it off);
+* ``ACCEL_SLOW_RANK_THRESHOLD``: how much of the median step a rank must lose in one phase to
+  count as slow (default 0.1, i.e. 10 %);
+* ``ACCEL_SLOW_RANK_MIN_MS``: and at least this many milliseconds per step (default 10).
 
 It runs only with a process group of more than one process on gloo or NCCL.
 """
@@ -30,18 +48,28 @@ import torch
 
 import accel_ops
 from accel.errors import AccelError
-from accel_ops.records import record
+from accel.strategies.base import PHASES_WITHOUT_WAITING, ModelStrategy
+from accel_ops.records import record, seconds_in_records
 from accel_state import PartialState
 
 logger = logging.getLogger(__name__)
 
 INTERVAL_ENV = "ACCEL_SLOW_RANK_INTERVAL"
 THRESHOLD_ENV = "ACCEL_SLOW_RANK_THRESHOLD"
-DEFAULT_INTERVAL = 100
-DEFAULT_THRESHOLD = 0.2
-#: A rank is slow only when also this many seconds per step slower than the median: a few
-#: microseconds of jitter on a tiny step is not a slow machine.
-MIN_DIFFERENCE_SECONDS = 0.001
+MIN_MS_ENV = "ACCEL_SLOW_RANK_MIN_MS"
+DEFAULT_INTERVAL = 10
+DEFAULT_THRESHOLD = 0.1
+DEFAULT_MIN_SECONDS = 0.010
+#: Windows in a row a rank must be slow in the same phase before it is named.
+CONFIRMING_WINDOWS = 2
+#: The phases of a step, in the order each rank sends them.
+PHASES = ("data", "forward", "backward", "optimizer")
+_DESCRIPTIONS = {
+    "data": "in data loading",
+    "forward": "in forward and the script's own code",
+    "backward": "in backward",
+    "optimizer": "in the optimizer step",
+}
 
 
 def _setting(name: str, default: float, kind: type) -> float:
@@ -54,23 +82,59 @@ def _setting(name: str, default: float, kind: type) -> float:
         value = -1.0
     if value < 0:
         raise AccelError(
-            f"{name}={text!r} must be a non-negative {kind.__name__}; e.g. {name}={default} "
+            f"{name}={text!r} must be a non-negative {kind.__name__}; e.g. {name}={default:g} "
             f"(the default), or unset it."
         )
     return value
 
 
+#: A phase not timed (or not comparable) in a step or a window.
+_UNKNOWN = float("nan")
+
+
+def _median(values: list[float]) -> float:
+    """The median of the known values (NaN: unknown), NaN when none is known."""
+    known = [value for value in values if value == value]
+    return statistics.median(known) if known else _UNKNOWN
+
+
+class _Stopwatch:
+    """Own time of one phase: wall time less the time spent in recorded collectives meanwhile."""
+
+    __slots__ = ("collectives", "started")
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.collectives = 0.0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self.collectives = seconds_in_records()
+
+    def stop(self) -> float:
+        """Own seconds since :meth:`start` (0 when it was not started)."""
+        if self.started is None:
+            return 0.0
+        elapsed = time.perf_counter() - self.started - (seconds_in_records() - self.collectives)
+        self.started = None
+        return max(elapsed, 0.0)
+
+
 class SlowRankMonitor:
-    """Times each rank's work between backward passes and reports ranks slower than the median.
+    """Times each rank's phases of a step and names ranks slower than the median in one of them.
 
     Args:
         state: The process's state (ranks, backend, device).
+        strategy: The model strategy: its backward clock and the phases in which it never
+            waits for other ranks (None: a plain single-model loop, every phase but backward).
     """
 
-    def __init__(self, state: PartialState) -> None:
+    def __init__(self, state: PartialState, strategy: ModelStrategy | None = None) -> None:
         self.state = state
+        self.strategy = strategy
         self.interval = int(_setting(INTERVAL_ENV, DEFAULT_INTERVAL, int))
         self.threshold = float(_setting(THRESHOLD_ENV, DEFAULT_THRESHOLD, float))
+        self.min_seconds = _setting(MIN_MS_ENV, DEFAULT_MIN_SECONDS * 1000, float) / 1000
         self.enabled = (
             self.interval > 0
             and state.num_processes > 1
@@ -78,74 +142,148 @@ class SlowRankMonitor:
             and torch.distributed.is_available()
             and torch.distributed.is_initialized()
         )
-        self._outside = 0.0  # seconds outside backward in this window
-        self._counted = 0  # gaps measured in this window
+        self._gap = _Stopwatch()  # from the end of one backward to the start of the next
+        self._fetch = _Stopwatch()
+        self._step = _Stopwatch()
+        self._data = 0.0  # own seconds in data loading in the gap so far
+        self._optimizer = 0.0  # own seconds in the optimizer step in the gap so far
+        self._pending: tuple[float, float, float] | None = None  # data, forward, optimizer
+        self._backward_started = 0.0
+        self._samples: list[tuple[float, float, float, float]] = []  # this window's steps
         self._calls = 0  # backward passes so far
-        self._last_end: float | None = None
-        self._reported: frozenset[int] = frozenset()
+        self.windows = 0  # windows exchanged so far
+        self._streaks: dict[tuple[int, str], int] = {}
+        self._reported: frozenset[tuple[int, str]] = frozenset()
         self.last_report = ""
 
+    # ------------------------------------------------------------------ timing
+    def fetch_started(self) -> None:
+        """The loop asked a prepared dataloader for a batch."""
+        if self.enabled:
+            self._fetch.start()
+
+    def fetch_finished(self) -> None:
+        """The batch is ready."""
+        if self.enabled:
+            self._data += self._fetch.stop()
+
+    def step_started(self) -> None:
+        """The optimizer step begins."""
+        if self.enabled:
+            self._step.start()
+
+    def step_finished(self) -> None:
+        """The optimizer step ended."""
+        if self.enabled:
+            self._optimizer += self._step.stop()
+
     def before_backward(self) -> None:
-        """At the start of every backward pass: count the gap, exchange every ``interval``."""
+        """At the start of every backward pass: close the gap, exchange every ``interval``."""
         if not self.enabled:
             return
-        now = time.perf_counter()
-        if self._last_end is not None:
-            self._outside += now - self._last_end
-            self._counted += 1
+        if self._gap.started is not None:
+            gap = self._gap.stop()
+            forward = max(gap - self._data - self._optimizer, 0.0)
+            self._pending = (self._data, forward, self._optimizer)
+        self._data = self._optimizer = 0.0
         self._calls += 1
         if self._calls % self.interval == 0:
             self._exchange()
-
-    def restart_gap(self) -> None:
-        """Forget when the last backward ended (after a pause, the gap is not the rank's work)."""
-        self._last_end = None
+        self._backward_started = time.perf_counter()
 
     def after_backward(self) -> None:
-        """At the end of every backward pass."""
-        if self.enabled:
-            self._last_end = time.perf_counter()
+        """At the end of every backward pass: this step's sample, and the next gap starts."""
+        if not self.enabled:
+            return
+        ready = self.strategy.gradients_ready_at() if self.strategy is not None else None
+        started = self._backward_started
+        backward = ready - started if ready is not None and ready >= started else _UNKNOWN
+        if self._pending is not None:
+            data, forward, optimizer = self._pending
+            self._samples.append((data, forward, backward, optimizer))
+            self._pending = None
+        self._gap.start()
 
+    def restart_gap(self) -> None:
+        """Forget the gap in progress (after a pause, the time is not the rank's work)."""
+        self._gap.started = None
+        self._pending = None
+        self._data = self._optimizer = 0.0
+
+    # ------------------------------------------------------------------ the exchange
     def _exchange(self) -> None:
-        mean = self._outside / self._counted if self._counted else 0.0
-        self._outside, self._counted = 0.0, 0
-        device = self.state.device if self.state.backend == "nccl" else torch.device("cpu")
-        mine = torch.tensor([mean], dtype=torch.float64, device=device)
-        with record("slow-rank report"):
-            gathered = accel_ops.gather(mine, debug=False)
-        if self.state.is_main_process:
-            self._report([float(value) for value in gathered.tolist()])
-        self._last_end = time.perf_counter()  # the exchange is not the rank's own work
-
-    def _report(self, seconds: list[float]) -> None:
-        median = statistics.median(seconds)
-        slow = frozenset(
-            rank
-            for rank, value in enumerate(seconds)
-            if value > median * (1 + self.threshold) and value - median > MIN_DIFFERENCE_SECONDS
+        samples, self._samples = self._samples, []
+        self.windows += 1
+        clean = {"backward"} | (
+            self.strategy.phases_without_waiting
+            if self.strategy is not None
+            else PHASES_WITHOUT_WAITING
         )
-        if slow == self._reported:
+        mine = [
+            _median([sample[index] for sample in samples]) if phase in clean else _UNKNOWN
+            for index, phase in enumerate(PHASES)
+        ]
+        device = self.state.device if self.state.backend == "nccl" else torch.device("cpu")
+        tensor = torch.tensor([mine], dtype=torch.float64, device=device)
+        with record("slow-rank report"):
+            gathered = accel_ops.gather(tensor, debug=False)
+        if self.state.is_main_process:
+            self._judge(gathered.cpu().tolist())
+
+    def _judge(self, medians: list[list[float]]) -> None:
+        """Count each (rank, phase) slow in this window; report when the confirmed set changes.
+
+        A phase a rank could not time is NaN there (and compared among the others only).
+        """
+        by_phase = [_median([row[index] for row in medians]) for index in range(len(PHASES))]
+        if all(value != value for value in by_phase):
             return
-        self._reported = slow
-        if not slow:
+        step = sum(value for value in by_phase if value == value)
+        margin = max(self.min_seconds, self.threshold * step)
+        slow_now = {
+            (rank, phase)
+            for rank, row in enumerate(medians)
+            for index, phase in enumerate(PHASES)
+            if row[index] == row[index] and row[index] - by_phase[index] > margin
+        }
+        self._streaks = {key: self._streaks.get(key, 0) + 1 for key in slow_now}
+        confirmed = frozenset(
+            key for key, count in self._streaks.items() if count >= CONFIRMING_WINDOWS
+        )
+        if confirmed == self._reported:
             return
+        self._reported = confirmed
+        if confirmed:
+            self._say(confirmed, medians, by_phase, step)
+
+    def _say(
+        self,
+        slow: frozenset[tuple[int, str]],
+        medians: list[list[float]],
+        by_phase: list[float],
+        step: float,
+    ) -> None:
         from accel_state.job_hosts import posted_hosts, ranks_by_host
         from accel_state.process_group import job_store
 
         store = job_store()
-        hosts = posted_hosts(store, sorted(slow)) if store is not None else {}
+        ranks = sorted({rank for rank, _ in slow})
+        hosts = posted_hosts(store, ranks) if store is not None else {}
         parts = []
-        for rank in sorted(slow):
-            where = ranks_by_host([rank], hosts)
-            percent = 100 * (seconds[rank] / median - 1) if median > 0 else float("inf")
+        for rank, phase in sorted(slow, key=lambda key: (key[0], PHASES.index(key[1]))):
+            index = PHASES.index(phase)
+            value, median = medians[rank][index], by_phase[index]
             parts.append(
-                f"{where}: {seconds[rank] * 1000:.1f} ms per step outside backward, "
-                f"{percent:.0f}% above the median {median * 1000:.1f} ms"
+                f"{ranks_by_host([rank], hosts)}: {(value - median) * 1000:.1f} ms per step "
+                f"more than the median rank {_DESCRIPTIONS[phase]} ({value * 1000:.1f} ms "
+                f"against {median * 1000:.1f} ms)"
             )
+        first = self._calls - CONFIRMING_WINDOWS * self.interval + 1
         self.last_report = (
-            f"accel: slow ranks over backward passes {self._calls - self.interval + 1}-"
-            f"{self._calls}: {'; '.join(parts)}. Every rank waits for them in each gradient "
-            f"all-reduce. ({INTERVAL_ENV}={self.interval}, {THRESHOLD_ENV}={self.threshold:g}; "
-            f"{INTERVAL_ENV}=0 turns this report off)"
+            f"accel: slow ranks over backward passes {max(first, 1)}-{self._calls}: "
+            f"{'; '.join(parts)}. The median rank spends {step * 1000:.1f} ms per step on its "
+            f"own work in the phases compared; every rank waits for the slow ones. "
+            f"({INTERVAL_ENV}={self.interval}, {THRESHOLD_ENV}={self.threshold:g}, "
+            f"{MIN_MS_ENV}={self.min_seconds * 1000:g}; {INTERVAL_ENV}=0 turns this report off)"
         )
         logger.warning(self.last_report)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -44,7 +45,7 @@ from accel_launch.runners.environ import extended_environ
 from accel_launch.runners.guard import guarded
 from accel_launch.runners.machines import machine_board
 from accel_state.contract import REQUEUE_EXIT_CODE
-from accel_state.failures import RankFailure, first_failure
+from accel_state.failures import RankFailure, first_failure, is_secondary_failure
 from accel_state.network import user_choice
 
 _ELASTIC_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
@@ -162,30 +163,47 @@ def side_by_side(reported: dict[int, str], ranks: Any) -> str:
 
 
 def describe_failure(
-    error: Any, who: str = "accel launch", dumps: dict[int, str] | None = None
+    error: Any,
+    who: str = "accel launch",
+    dumps: dict[int, str] | None = None,
+    silent: str = "",
 ) -> tuple[str, int]:
     """Summarise an elastic ``ChildFailedError``: which ranks failed how; and the exit code to use.
 
     The first failure is the earliest one that is not a consequence of another rank's (a peer's
     closed connection), by the time the worker recorded it (see ``_failure_recorder.py``).
+    When another machine went silent first (``silent``), that machine is the cause: ranks here
+    that failed waiting (a timeout, a closed connection) are marked so, and none is called the
+    first failure.
 
     Args:
         error: The ``ChildFailedError``.
         who: The command named in the summary.
         dumps: Rank -> position read from Flight Recorder dumps (NCCL), for ranks whose error
             file says nothing about their collectives.
+        silent: The machines whose launchers went silent
+            (:meth:`~accel_launch.runners.machines.MachineBoard.describe_silent`), or "".
     """
     failures = {rank: _rank_failure(rank, failure) for rank, failure in error.failures.items()}
-    rank = first_failure(list(failures.values())).rank
+    waited = {other for other, failure in failures.items() if silent and _waited(failure.text)}
+    causes = [failure for other, failure in failures.items() if other not in waited]
+    rank = first_failure(causes or list(failures.values())).rank
     first = error.failures[rank]
     lines = [f"{who}: the job failed."]
+    if silent:
+        lines[0] = (
+            f"{who}: the job failed: {silent}: its launcher stopped answering (the machine is "
+            "down or its network link is cut), and this machine's ranks failed waiting for it."
+        )
     for global_rank, failure in sorted(error.failures.items()):
         how = (
             f"killed by {failure.signal_name()}"
             if failure.exitcode < 0
             else f"exited with code {failure.exitcode}"
         )
-        if global_rank == rank:
+        if global_rank in waited:
+            marker = "  (waited for the silent machine)"
+        elif global_rank == rank:
             marker = "  (first failure)"
         elif failures[global_rank].secondary:
             marker = "  (a consequence: disconnected or stopped after a peer failed)"
@@ -211,6 +229,18 @@ def describe_failure(
     # A rank that raised and was then stopped by the agent's SIGTERM exits as Python would have.
     code = 1 if first.exitcode < 0 and callstack else _exit_code(first.exitcode)
     return "\n".join(lines), code
+
+
+#: A worker's error that says it waited for others: a timeout, a lost peer, a stop.
+_WAITED = re.compile(
+    r"CollectiveTimeoutError|CollectiveFailedError|DistBackendError|DistNetworkError|"
+    r"DistStoreError|[Tt]imed out|[Tt]imeout|stopped by SIGTERM"
+)
+
+
+def _waited(text: str) -> bool:
+    """Whether a failure's text reads like waiting for other processes (or a consequence)."""
+    return is_secondary_failure(text) or _WAITED.search(text) is not None
 
 
 def _exit_code(worker_code: int) -> int:
@@ -255,12 +285,20 @@ def run_elastic(plan: LaunchPlan) -> int:
         try:
             elastic_launch(_launch_config(plan, log_dir), command[0])(*command[1:])
         except ChildFailedError as error:
-            summary, code = describe_failure(error, dumps=flight_recorder.positions(log_dir))
+            silent = board.silent_machines() if board is not None else []
+            summary, code = describe_failure(
+                error,
+                dumps=flight_recorder.positions(log_dir),
+                silent=board.describe_silent(silent) if board is not None and silent else "",
+            )
             print(summary, file=sys.stderr, flush=True)
             if board is not None:
                 board.post_failure(summary)
             return code
         except SignalException as error:
+            if board is not None and board.lost_machine:
+                print(f"accel launch: the job failed: {board.lost_machine}.", file=sys.stderr)
+                return 1
             if board is not None and board.peer_failure:
                 return _stopped_for_peer(board.peer_failure)
             return _stopped_by(error.sigval)

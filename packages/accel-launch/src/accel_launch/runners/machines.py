@@ -14,13 +14,22 @@ shared board in the same store (the same port; no other port is opened):
 * a launcher whose job failed for good posts why; the others' watchers see it within a second,
   stop their workers and exit non-zero naming that machine, instead of waiting in a collective
   for the collective timeout. Elastic ranges (``--num_machines MIN:MAX``) post nothing: there the
-  other machines go on without the lost one.
+  other machines go on without the lost one;
+* every launcher beats a counter of its own each second; the store's host watches them all and
+  posts which machines are *silent* (their count stopped: powered off, link cut, launcher
+  frozen), and the others read that one post. When this
+  machine's workers then fail, whatever collective or store call they were waiting in, the
+  report names the silent machine and its ranks, and blames no local rank for having waited
+  (:meth:`MachineBoard.silent_machines`). Should the workers still wait
+  :data:`SILENCE_GRACE` seconds past the collective timeout (a call with no timeout of its own),
+  the launcher stops them itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import signal
 import socket
@@ -45,6 +54,16 @@ PROBE_TIMEOUT = 3.0
 _ARRIVED = "accel/launch/{run_id}/machine/{index}"
 _ARRIVALS = "accel/launch/{run_id}/arrivals"
 _FAILED = "accel/launch/{run_id}/failed"
+_ALIVE = "accel/launch/{run_id}/alive/{index}"
+_SILENT = "accel/launch/{run_id}/silent"
+#: A machine whose launcher's count has not moved for this long is silent (a loaded machine
+#: can stall its launcher for a few seconds without being lost).
+SILENT_AFTER = 5.0
+#: How long past the collective timeout this launcher lets its workers wait for a silent
+#: machine before it stops them itself (every surviving machine ends within timeout + 30 s).
+SILENCE_GRACE = 20.0
+#: The workers' collective timeout when none was given: the first step's (accel-state's).
+UNSET_COLLECTIVE_TIMEOUT = 600.0
 
 
 def arrival_timeout(plan: LaunchPlan) -> int:
@@ -86,6 +105,12 @@ class MachineBoard:
         self.peer_failure: str | None = None
         self.everyone_arrived = False  # seen by the watcher: a later store error is a loss
         self.opened_at: float | None = None  # time.monotonic() when the board was opened
+        self.index: int | None = None  # this machine's index on the board (its arrival)
+        #: Machine index -> (its count, time.monotonic() when this launcher saw it move).
+        self._beats: dict[int, tuple[int, float]] = {}
+        #: The silent machines as last posted (index, seconds) and when that was (monotonic).
+        self._posted: tuple[list[tuple[int, float]], float] = ([], 0.0)
+        self.lost_machine: str | None = None  # why this launcher stopped its workers itself
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -125,6 +150,7 @@ class MachineBoard:
         if self.plan.rdzv_backend != "static":
             index = int(self.client.add(self.key(_ARRIVALS), 1)) - 1
         self.client.set(self.key(_ARRIVED, index=index), arrived)
+        self.index = index
 
     @property
     def this_machine(self) -> str:
@@ -234,6 +260,10 @@ class MachineBoard:
             if not self.everyone_arrived:
                 self.everyone_arrived = len(self.arrivals()) >= self.plan.num_machines
             try:
+                self._beat()
+                if self._silence_outlasted_the_timeout():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
                 if not self.client.check([key]):
                     continue
                 self.peer_failure = self.client.get(key).decode()
@@ -241,6 +271,89 @@ class MachineBoard:
                 return
             os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers and raises
             return
+
+    def _beat(self) -> None:
+        """Move this machine's count. The store's host watches everyone's and posts who is silent.
+
+        Every other launcher reads that one post, so the store serves a few operations per
+        machine per second, however many machines there are.
+        """
+        client = self.client
+        if client is None or self.index is None:
+            return
+        client.add(self.key(_ALIVE, index=self.index), 1)
+        if self.server is None:
+            if client.check([self.key(_SILENT)]):
+                posted = json.loads(client.get(self.key(_SILENT)).decode())
+                self._posted = ([(int(i), float(s)) for i, s in posted], time.monotonic())
+            return
+        now = time.monotonic()
+        for index in range(self.plan.num_machines):
+            if index == self.index:
+                continue
+            count = int(client.add(self.key(_ALIVE, index=index), 0))
+            seen = self._beats.get(index)
+            if seen is None or count != seen[0]:
+                self._beats[index] = (count, now)
+        quiet = self._quiet()
+        if quiet or self._posted[0]:
+            client.set(self.key(_SILENT), json.dumps([[i, round(s, 1)] for i, s in quiet]))
+            self._posted = (quiet, now)
+
+    def _quiet(self) -> list[tuple[int, float]]:
+        """On the store's host: ``(index, seconds)`` of each machine silent for SILENT_AFTER s."""
+        now = time.monotonic()
+        return [
+            (index, now - moved)
+            for index, (count, moved) in sorted(self._beats.items())
+            if count > 0 and now - moved >= SILENT_AFTER
+        ]
+
+    def silent_machines(self) -> list[tuple[int, str, float]]:
+        """Machines whose launcher stopped beating: ``(index, "hostname address", seconds)``.
+
+        Only machines seen beating once count (one that never arrived is the rendezvous's
+        report); silent means for :data:`SILENT_AFTER` seconds or more, up to now. The store's
+        host knows it first hand; the others, from its last post (never blocking).
+        """
+        if not self.everyone_arrived:
+            return []
+        if self.server is not None:
+            quiet = self._quiet()
+        else:
+            posted, read_at = self._posted
+            quiet = [(index, seconds + time.monotonic() - read_at) for index, seconds in posted]
+        if not quiet:
+            return []
+        arrived = self.arrivals() if self.server is not None or self.store_answers() else {}
+        return [(index, arrived.get(index, "?"), seconds) for index, seconds in quiet]
+
+    def describe_silent(self, silent: list[tuple[int, str, float]]) -> str:
+        """``machine 1 (node1 198.18.0.11; ranks 2, 3) silent for 64 s`` for each silent machine."""
+        parts = []
+        for index, text, seconds in silent:
+            what = f"machine {index} ({text}"
+            if self.plan.rdzv_backend == "static":
+                first = index * self.plan.nproc_per_node
+                ranks = range(first, first + self.plan.nproc_per_node)
+                label = "rank" if len(ranks) == 1 else "ranks"
+                what += f"; {label} {', '.join(map(str, ranks))}"
+            parts.append(f"{what}) silent for {seconds:.0f} s")
+        return "; ".join(parts)
+
+    def _silence_outlasted_the_timeout(self) -> bool:
+        """Whether a machine has been silent longer than the workers' timeout allows (then stop)."""
+        timeout = self.plan.contract.process_group_timeout or UNSET_COLLECTIVE_TIMEOUT
+        silent = [entry for entry in self.silent_machines() if entry[2] >= timeout + SILENCE_GRACE]
+        if not silent:
+            return False
+        self.lost_machine = (
+            f"{self.describe_silent(silent)}: its launcher stopped answering (the machine is "
+            f"down or its network link is cut), and this machine's workers were still waiting "
+            f"{SILENCE_GRACE:g} s past the collective timeout ({timeout:g} s), so they were "
+            "stopped"
+        )
+        return True
 
     def close(self, linger: float = 0.0) -> None:
         """Stop watching; the main machine keeps serving ``linger`` s for the others to read."""

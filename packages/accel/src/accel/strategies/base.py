@@ -12,6 +12,9 @@ from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_ckpt import ShardedState
 from accel_state import PartialState
 
+#: The phases of a step in which a strategy that only sums gradients never waits for others.
+PHASES_WITHOUT_WAITING = frozenset({"data", "forward", "optimizer"})
+
 
 class ModelStrategy:
     """How models are wrapped, synchronised and stepped for one distributed mode.
@@ -70,6 +73,25 @@ class ModelStrategy:
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Run the backward pass of an already scaled loss."""
         loss.backward(**kwargs)
+
+    @property
+    def phases_without_waiting(self) -> frozenset[str]:
+        """The phases of a step in which this strategy never waits for other processes.
+
+        The slow-rank report compares the processes' times only in these (``"data"``,
+        ``"forward"``, ``"optimizer"``), and in backward through :meth:`gradients_ready_at`:
+        time spent waiting for a slow peer would make a fast process look slow.
+        """
+        return PHASES_WITHOUT_WAITING
+
+    def gradients_ready_at(self) -> float | None:
+        """When (``time.perf_counter()``) this process's last gradient bucket was ready to sum.
+
+        The slow-rank report's backward clock: from the start of backward to this moment is
+        the rank's own work, before it waits for the others. None (the default) where the
+        strategy cannot tell; the report then times the whole backward pass.
+        """
+        return None
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Hook before each real optimizer step (XLA reduces gradients here)."""

@@ -63,6 +63,21 @@ class DDPStrategy(ModelStrategy):
         _WRAPPERS.add(wrapped)
         return wrapped
 
+    @property
+    def phases_without_waiting(self) -> frozenset[str]:
+        """Not forward when a model broadcasts buffers (its ranks wait for rank 0's there)."""
+        broadcasts = any(
+            model.broadcast_buffers and any(True for _ in model.module.buffers())
+            for model in (hook.model for hook in self._steady.values())
+        )
+        phases = super().phases_without_waiting
+        return phases - {"forward"} if broadcasts else phases
+
+    def gradients_ready_at(self) -> float | None:
+        """When the last bucket of any DDP model was handed to accel's hook (None: no hook yet)."""
+        moments = [hook.ready_at for hook in self._steady.values() if hook.ready_at]
+        return max(moments) if moments else None
+
     def checkpoint_metadata(self, models: Sequence[torch.nn.Module]) -> dict[str, Any]:
         """Each DDP model's gradient buckets (:mod:`accel.strategies.ddp_buckets`)."""
         steady = [self._steady.get(id(model)) for model in models]

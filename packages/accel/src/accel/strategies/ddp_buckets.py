@@ -13,6 +13,7 @@ step in that recorded layout, and DDP itself rebuilds the same layout after that
 """
 
 # No ``from __future__ import annotations``: DDP checks the hook's annotations as objects.
+import time
 import warnings
 from typing import Any
 
@@ -49,6 +50,9 @@ class SteadyBuckets:
         #: The rebuilt layout, by bucket index, as the first step after DDP's rebuild showed it.
         self._rebuilt: dict[int, list[str]] = {}
         self._rebuilt_known = False
+        #: ``time.perf_counter()`` when DDP last handed a bucket over (the slow-rank report's
+        #: backward clock: this rank's gradients were ready then); 0.0 before the first.
+        self.ready_at = 0.0
 
     def register(self) -> None:
         """Install this hook on its model (DDP takes one communication hook per model)."""
@@ -94,6 +98,7 @@ class SteadyBuckets:
 
     def sum_bucket(self, state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
         """Sum ``bucket`` over the group (DDP calls it once per bucket per synchronized step)."""
+        self.ready_at = time.perf_counter()
         buffer = bucket.buffer()
         layout = self._first_layout
         if layout is not None:

@@ -81,6 +81,11 @@ class DeepSpeedStrategy(ModelStrategy):
     #: ``total_num_steps`` is already per process.
     split_batches = False
 
+    @property
+    def phases_without_waiting(self) -> frozenset[str]:
+        """Data only: the engine's backward and step reduce and gather across processes."""
+        return frozenset({"data"})
+
     def __init__(self, state: PartialState, **settings: Any) -> None:
         super().__init__(state)
         from accel.accelerator_state import AcceleratorState

@@ -61,6 +61,11 @@ class FSDPStrategy(ModelStrategy):
 
     name = "FSDP"
 
+    @property
+    def phases_without_waiting(self) -> frozenset[str]:
+        """Data and the optimizer step: FSDP gathers and scatters in forward and backward."""
+        return frozenset({"data", "optimizer"})
+
     def __init__(self, state: PartialState, **settings: Any) -> None:
         super().__init__(state)
         if not dist.is_available():
