@@ -21,7 +21,8 @@ slow): :attr:`~accel.strategies.base.ModelStrategy.phases_without_waiting` says 
 :meth:`~accel.strategies.base.ModelStrategy.gradients_ready_at` answers.
 
 Every :data:`DEFAULT_INTERVAL` backward passes the ranks all-gather their median per step of
-each phase over that window (one small collective). The main process names a rank in a phase
+each phase over that window: one small collective, started before that backward pass and read
+after it, so that it runs beside the gradient all-reduce instead of adding a wait of its own. The main process names a rank in a phase
 when its median exceeds the median rank's by more than :data:`DEFAULT_MIN_SECONDS` *and* by
 more than the threshold times the median step, in :data:`CONFIRMING_WINDOWS` windows in a row:
 the jitter of a busy machine is neither large nor lasting, a slow machine is both. A report is
@@ -45,8 +46,8 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
-import accel_ops
 from accel.errors import AccelError
 from accel.strategies.base import PHASES_WITHOUT_WAITING, ModelStrategy
 from accel_ops.records import record, seconds_in_records
@@ -152,6 +153,8 @@ class SlowRankMonitor:
         self._samples: list[tuple[float, float, float, float]] = []  # this window's steps
         self._calls = 0  # backward passes so far
         self.windows = 0  # windows exchanged so far
+        #: The window's all-gather, started before a backward pass and read after it.
+        self._in_flight: tuple[dist.Work | None, list[torch.Tensor]] | None = None
         self._streaks: dict[tuple[int, str], int] = {}
         self._reported: frozenset[tuple[int, str]] = frozenset()
         self.last_report = ""
@@ -202,6 +205,7 @@ class SlowRankMonitor:
             data, forward, optimizer = self._pending
             self._samples.append((data, forward, backward, optimizer))
             self._pending = None
+        self._collect()
         self._gap.start()
 
     def restart_gap(self) -> None:
@@ -224,11 +228,23 @@ class SlowRankMonitor:
             for index, phase in enumerate(PHASES)
         ]
         device = self.state.device if self.state.backend == "nccl" else torch.device("cpu")
-        tensor = torch.tensor([mine], dtype=torch.float64, device=device)
+        tensor = torch.tensor(mine, dtype=torch.float64, device=device)
+        gathered = [torch.empty_like(tensor) for _ in range(self.state.num_processes)]
+        with record("slow-rank report", tensor):
+            work = dist.all_gather(gathered, tensor, async_op=True)
+        self._in_flight = (work, gathered)
+
+    def _collect(self) -> None:
+        """Wait for the window's all-gather (it ran beside the backward pass) and judge it."""
+        if self._in_flight is None:
+            return
+        work, gathered = self._in_flight
+        self._in_flight = None
         with record("slow-rank report"):
-            gathered = accel_ops.gather(tensor, debug=False)
+            if work is not None:
+                work.wait()
         if self.state.is_main_process:
-            self._judge(gathered.cpu().tolist())
+            self._judge([row.cpu().tolist() for row in gathered])
 
     def _judge(self, medians: list[list[float]]) -> None:
         """Count each (rank, phase) slow in this window; report when the confirmed set changes.
