@@ -105,10 +105,14 @@ def test_the_everyday_loop_on_test_hosts_ends_bit_equal_to_one_machine(
     reports = [line for line in main_output.splitlines() if "accel: slow ranks over" in line]
     assert reports, main_output[-5000:]
     print(f"MEASURED slow-rank report ({count} hosts): {reports[0]}")
+    # Both of the slow host's ranks are named (a loaded machine may confirm one a window before
+    # the other, in two reports), and no other rank ever is.
     slow_ranks = (2 * count - 2, 2 * count - 1)
     for rank in slow_ranks:
-        assert f"rank {rank} on {slow.hostname} ({slow.address})" in reports[0], reports
-    assert not any(f"rank {rank} on" in reports[0] for rank in range(2 * count - 2)), reports
+        named = f"rank {rank} on {slow.hostname} ({slow.address})"
+        assert any(named in report for report in reports), reports
+    for rank in range(2 * count - 2):
+        assert not any(f"rank {rank} on" in report for report in reports), reports
     start_lines = [
         line
         for finished in launches

@@ -30,7 +30,7 @@ def test_a_rank_slower_than_the_median_is_named_with_its_host_on_the_main_proces
     report = main[0]
     # Confirmed in the second window (exchanged at the 5th and 10th backward passes).
     assert "accel: slow ranks over backward passes 1-10: rank 2 on " in report
-    assert "ms per step more than the median rank in forward and the script's own code" in report
+    assert "ms per step more than the typical rank in forward and the script's own code" in report
     assert "ACCEL_SLOW_RANK_INTERVAL=0 turns" in report
     assert "rank 0 on" not in report and "rank 1 on" not in report
 

@@ -23,15 +23,16 @@ slow): :attr:`~accel.strategies.base.ModelStrategy.phases_without_waiting` says 
 Every :data:`DEFAULT_INTERVAL` backward passes the ranks all-gather their median per step of
 each phase over that window: one small collective, started before that backward pass and read
 after it, so that it runs beside the gradient all-reduce instead of adding a wait of its own. The main process names a rank in a phase
-when its median exceeds the median rank's by more than :data:`DEFAULT_MIN_SECONDS` *and* by
-more than the threshold times the median step, in :data:`CONFIRMING_WINDOWS` windows in a row:
+when its median exceeds the typical rank's (the lower quartile of the ranks, see
+:func:`_reference`) by more than :data:`DEFAULT_MIN_SECONDS` *and* by more than the threshold
+times the typical step, in :data:`CONFIRMING_WINDOWS` windows in a row:
 the jitter of a busy machine is neither large nor lasting, a slow machine is both. A report is
 said once for as long as the same ranks stay slow in the same phases.
 
 Settings (environment, read once per Accelerator):
 
 * ``ACCEL_SLOW_RANK_INTERVAL``: backward passes per window (default 10; ``0`` turns it off);
-* ``ACCEL_SLOW_RANK_THRESHOLD``: how much of the median step a rank must lose in one phase to
+* ``ACCEL_SLOW_RANK_THRESHOLD``: how much of the typical step a rank must lose in one phase to
   count as slow (default 0.1, i.e. 10 %);
 * ``ACCEL_SLOW_RANK_MIN_MS``: and at least this many milliseconds per step (default 10).
 
@@ -99,6 +100,18 @@ def _median(values: list[float]) -> float:
     return statistics.median(known) if known else _UNKNOWN
 
 
+def _reference(values: list[float]) -> float:
+    """What a rank is compared with: the lower quartile of the ranks' known values.
+
+    Not the median: when a whole machine is slow, half the ranks of a two-machine job are, and
+    the median would sit halfway between them and the others.
+    """
+    known = sorted(value for value in values if value == value)
+    if len(known) < 2:
+        return _UNKNOWN
+    return statistics.quantiles(known, n=4, method="inclusive")[0]
+
+
 class _Stopwatch:
     """Own time of one phase: wall time less the time spent in recorded collectives meanwhile."""
 
@@ -122,7 +135,7 @@ class _Stopwatch:
 
 
 class SlowRankMonitor:
-    """Times each rank's phases of a step and names ranks slower than the median in one of them.
+    """Times each rank's phases of a step and names ranks slower than the typical rank in one.
 
     Args:
         state: The process's state (ranks, backend, device).
@@ -251,7 +264,7 @@ class SlowRankMonitor:
 
         A phase a rank could not time is NaN there (and compared among the others only).
         """
-        by_phase = [_median([row[index] for row in medians]) for index in range(len(PHASES))]
+        by_phase = [_reference([row[index] for row in medians]) for index in range(len(PHASES))]
         if all(value != value for value in by_phase):
             return
         step = sum(value for value in by_phase if value == value)
@@ -288,16 +301,16 @@ class SlowRankMonitor:
         parts = []
         for rank, phase in sorted(slow, key=lambda key: (key[0], PHASES.index(key[1]))):
             index = PHASES.index(phase)
-            value, median = medians[rank][index], by_phase[index]
+            value, typical = medians[rank][index], by_phase[index]
             parts.append(
-                f"{ranks_by_host([rank], hosts)}: {(value - median) * 1000:.1f} ms per step "
-                f"more than the median rank {_DESCRIPTIONS[phase]} ({value * 1000:.1f} ms "
-                f"against {median * 1000:.1f} ms)"
+                f"{ranks_by_host([rank], hosts)}: {(value - typical) * 1000:.1f} ms per step "
+                f"more than the typical rank {_DESCRIPTIONS[phase]} ({value * 1000:.1f} ms "
+                f"against {typical * 1000:.1f} ms)"
             )
         first = self._calls - CONFIRMING_WINDOWS * self.interval + 1
         self.last_report = (
             f"accel: slow ranks over backward passes {max(first, 1)}-{self._calls}: "
-            f"{'; '.join(parts)}. The median rank spends {step * 1000:.1f} ms per step on its "
+            f"{'; '.join(parts)}. A typical rank spends {step * 1000:.1f} ms per step on its "
             f"own work in the phases compared; every rank waits for the slow ones. "
             f"({INTERVAL_ENV}={self.interval}, {THRESHOLD_ENV}={self.threshold:g}, "
             f"{MIN_MS_ENV}={self.min_seconds * 1000:g}; {INTERVAL_ENV}=0 turns this report off)"
