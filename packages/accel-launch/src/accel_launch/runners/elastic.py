@@ -285,6 +285,8 @@ def run_elastic(plan: LaunchPlan) -> int:
         try:
             elastic_launch(_launch_config(plan, log_dir), command[0])(*command[1:])
         except ChildFailedError as error:
+            if board is not None:
+                board.job_failed_here()
             silent = board.silent_machines() if board is not None else []
             summary, code = describe_failure(
                 error,

@@ -112,6 +112,7 @@ class MachineBoard:
         self._posted: tuple[list[tuple[int, float]], float] = ([], 0.0)
         self.lost_machine: str | None = None  # why this launcher stopped its workers itself
         self._stop = threading.Event()
+        self._failed_here = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def key(self, template: str, **fields: object) -> str:
@@ -230,8 +231,17 @@ class MachineBoard:
             f"[{type(error).__name__}: {backend_says}]"
         )
 
+    def job_failed_here(self) -> None:
+        """This machine's workers failed: the watcher no longer stops this launcher itself.
+
+        Without it, the watcher could read this launcher's own failure post (or its silence
+        limit) and SIGTERM the launcher while it reports, ending it with -15 instead of 1.
+        """
+        self._failed_here.set()
+
     def post_failure(self, summary: str) -> None:
         """Tell the other machines that this one failed for good (fixed machine counts only)."""
+        self.job_failed_here()
         if self.client is None or self.plan.min_machines is not None or self.peer_failure:
             return
         first = summary.strip().splitlines()[:2]
@@ -262,13 +272,17 @@ class MachineBoard:
             try:
                 self._beat()
                 if self._silence_outlasted_the_timeout():
-                    os.kill(os.getpid(), signal.SIGTERM)
+                    if not self._failed_here.is_set():
+                        os.kill(os.getpid(), signal.SIGTERM)
                     return
                 if not self.client.check([key]):
                     continue
-                self.peer_failure = self.client.get(key).decode()
+                failure = self.client.get(key).decode()
             except Exception:  # noqa: BLE001 - the store left with machine 0: nothing to watch
                 return
+            if self._failed_here.is_set():
+                return  # this launcher's own post, or it is reporting already
+            self.peer_failure = failure
             os.kill(os.getpid(), signal.SIGTERM)  # torch's agent stops the workers and raises
             return
 
