@@ -22,19 +22,11 @@ from pathlib import Path
 
 import pytest
 from conftest import Finished, launch_command, outputs, start, wait_all
+from cut_phase import PHASES
 from test_hosts import TestHosts, stop_process_tree
 
 HERE = Path(__file__).parent
 CUT_SCRIPT = HERE / "cut_phase.py"
-PHASES = (
-    "forward",
-    "backward",
-    "optimizer",
-    "data",
-    "save_state",
-    "evaluation",
-    "between_epochs",
-)
 COLLECTIVE_TIMEOUT = 20
 #: Cases at a time: a job stopped in its phase only waits, so several fit on 2 cores.
 AT_ONCE = 4
