@@ -35,6 +35,7 @@ DOORS = (
     "accel.memory_utils",
     "accel.state",
     "accel.test_utils",
+    "accel.tracking",
     # Accelerate's own test scripts, run by ``accel test``: at the top, imported by nothing.
     "accel.test_utils.scripts",
     "accel.test_utils.scripts.*",

@@ -34,6 +34,7 @@ from accel_ckpt import (
 from accel_ckpt.big_modeling import (
     ModelHook,
     add_hook_to_module,
+    offload_state_dict,
     remove_hook_from_module,
     remove_hook_from_submodules,
     set_module_tensor_to_device,
@@ -267,6 +268,51 @@ def test_cpu_and_disk_offload_match_and_detach(
         assert not hasattr(model, "_hf_hook") and "forward" not in model.blocks[0].__dict__
         torch.testing.assert_close(model.blocks[1].fc2.weight, reference.blocks[1].fc2.weight)
     assert (tmp_path / "index.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["cpu", "disk"])
+def test_cpu_and_disk_offload_treat_meta_tensors_alike(
+    kind: str, tmp_path: Path, trained: tuple[TinyLM, torch.Tensor, torch.Tensor]
+) -> None:
+    """A tensor on ``meta`` (the first parameter here) is read from the offloaded weights.
+
+    Both set-ups run the forward where the model's data is (the CPU), never on ``meta``; with no
+    data for the tensor, both refuse before writing anything.
+    """
+    reference, ids, expected = trained
+
+    def partly_empty() -> TinyLM:
+        model = TinyLM().eval()
+        model.load_state_dict(reference.state_dict())
+        set_module_tensor_to_device(model, "embed.weight", "meta")
+        return model
+
+    def offload(model: TinyLM, folder: Path, with_data: bool, buffers: bool = False) -> None:
+        if kind == "cpu":
+            given = reference.state_dict() if with_data else None
+            cpu_offload(model, state_dict=given, offload_buffers=buffers)
+        else:
+            if with_data:
+                offload_state_dict(folder, reference.state_dict())
+            disk_offload(model, folder, offload_buffers=buffers)
+
+    model = partly_empty()
+    offload(model, tmp_path / "filled", with_data=True)
+    assert model.embed._hf_hook.execution_device == torch.device("cpu")
+    with torch.no_grad():
+        output = model(ids)
+    assert output.device.type == "cpu"
+    torch.testing.assert_close(output, expected, rtol=0, atol=0)
+
+    with pytest.raises(StateDictMismatchError, match=r"meta device.*\['embed.weight'\]") as error:
+        offload(partly_empty(), tmp_path / "empty", with_data=False)
+    assert error.value.missing_keys == ["embed.weight"]
+    assert not (tmp_path / "empty").exists()  # refused before writing any weight
+    no_buffer = TinyLM().eval()
+    set_module_tensor_to_device(no_buffer, "scale", "meta")
+    with pytest.raises(StateDictMismatchError, match=r"offload_buffers=True.*\['scale'\]"):
+        offload(no_buffer, tmp_path / "buffer", with_data=False)
+    assert not hasattr(no_buffer, "_hf_hook")
 
 
 def test_hooks_and_tensor_moves() -> None:

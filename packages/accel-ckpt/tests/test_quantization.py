@@ -26,7 +26,7 @@ from accel_ckpt.big_modeling import (
     has_4bit_bnb_layers,
     load_and_quantize_model,
 )
-from accel_ckpt.errors import InvalidArgumentError
+from accel_ckpt.errors import DeviceMapError, InvalidArgumentError
 
 bnb = pytest.importorskip("bitsandbytes", reason="needs bitsandbytes (accel-ckpt[test])")
 
@@ -305,5 +305,6 @@ def test_get_quantized_model_device_map_counts_quantized_sizes():
     assert get_quantized_model_device_map(model, BnbQuantizationConfig(**EIGHT), {"": "cpu"}) == {
         "": "cpu"
     }
-    with pytest.raises(InvalidArgumentError, match="device_map='fastest'"):
+    with pytest.raises(InvalidArgumentError, match="device_map='fastest'") as error:
         get_quantized_model_device_map(model, BnbQuantizationConfig(**EIGHT), "fastest")
+    assert type(error.value) is DeviceMapError  # the planner load_checkpoint_and_dispatch uses

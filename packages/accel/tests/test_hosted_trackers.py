@@ -10,8 +10,7 @@ import torch
 
 from accel import Accelerator, LoggerType
 from accel.errors import UnsupportedFeatureError
-from accel.hosted_trackers import tracker_package_available
-from accel.tracking import LOGGER_TYPE_TO_CLASS, resolve_trackers
+from accel.tracking import LOGGER_TYPE_TO_CLASS, resolve_trackers, tracker_package_available
 from accel_state.testing import spawn_workers
 
 needs_wandb = pytest.mark.skipif(

@@ -9,7 +9,7 @@ import torch
 
 from accel import Accelerator, AcceleratorConfigError, GeneralTracker, tracking
 from accel.logging import get_logger
-from accel.tracking import resolve_trackers, tensorboard_available
+from accel.tracking import registry, resolve_trackers, tensorboard_available
 from accel.utils import find_executable_batch_size, tqdm
 from accel_state.testing import spawn_workers
 
@@ -105,7 +105,7 @@ class _Registered(GeneralTracker):
 
 
 def test_a_registered_tracker_class_is_created_by_name(tmp_path, monkeypatch):
-    monkeypatch.setattr(tracking, "LOGGER_TYPE_TO_CLASS", dict(tracking.LOGGER_TYPE_TO_CLASS))
+    monkeypatch.setattr(registry, "LOGGER_TYPE_TO_CLASS", dict(registry.LOGGER_TYPE_TO_CLASS))
     tracking.register_tracker_class(_Registered)
     with pytest.raises(AcceleratorConfigError, match="needs a logging_dir"):
         Accelerator(cpu=True, log_with=_Registered.name)

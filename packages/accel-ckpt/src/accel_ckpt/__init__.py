@@ -68,6 +68,7 @@ from accel_ckpt.sharding import (
 )
 from accel_ckpt.sizes import parse_size
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
+from accel_ckpt.training_objects import TrainingObjects
 from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
 from accel_ops.records import register_internal_package
 
@@ -142,6 +143,7 @@ __all__ = [
     "StateDictMismatchError",
     "UnsafeCheckpointError",
     "UnsupportedValueError",
+    "TrainingObjects",
 ]
 
 # Collective records name the caller's line, skipping this package's frames.

@@ -13,12 +13,13 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from accel_ckpt.async_save import AsyncSave, wait_for_pending_saves
-from accel_ckpt.errors import CheckpointNotFoundError, InvalidArgumentError
+from accel_ckpt.errors import CheckpointNotFoundError
 from accel_ckpt.model_io import save_model
 from accel_ckpt.project import ProjectConfiguration
 from accel_ckpt.sharded_state import ShardedState
 from accel_ckpt.state_reader import resolve_input_dir
-from accel_ckpt.stateful import LoadHook, SaveHook, Stateful
+from accel_ckpt.stateful import LoadHook, SaveHook
+from accel_ckpt.training_objects import TrainingObjects
 from accel_ckpt.training_state import LoadedCheckpoint, load_state, save_state
 
 PathLike = str | os.PathLike[str]
@@ -52,25 +53,23 @@ class Checkpointer:
         self.safe_serialization = safe_serialization
         self.unwrap = unwrap
         self.allow_pickle = allow_pickle
-        self.custom_objects: list[Any] = []
+        #: What a save covers when a call does not name the objects (the Accelerator fills it).
+        self.objects = TrainingObjects()
         self._save_hooks: collections.OrderedDict[int, SaveHook] = collections.OrderedDict()
         self._load_hooks: collections.OrderedDict[int, LoadHook] = collections.OrderedDict()
 
+    @property
+    def custom_objects(self) -> list[Any]:
+        """The registered objects (``register_for_checkpointing``), in order."""
+        return self.objects.custom_objects
+
     def register_for_checkpointing(self, *objects: Any) -> None:
-        """Add objects with ``state_dict``/``load_state_dict`` to every save and load."""
-        bad = [
-            f"- Item at index {i}, `{type(o).__name__}`"
-            for i, o in enumerate(objects)
-            if not isinstance(o, Stateful)
-        ]
-        if bad:
-            lines = "\n".join(bad)
-            raise InvalidArgumentError(
-                "All `objects` must include a `state_dict` and `load_state_dict` function to be "
-                f"stored. The following inputs are invalid:\n{lines}\nWrap each in an object "
-                "with state_dict() and load_state_dict(), or save it yourself."
-            )
-        self.custom_objects.extend(objects)
+        """Add objects with ``state_dict``/``load_state_dict`` to every save and load.
+
+        Raises:
+            InvalidArgumentError: An object lacks those methods (the message names each one).
+        """
+        self.objects.register(*objects)
 
     def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
         """Call ``hook(models, weights, folder)`` before each save; ``handle.remove()`` undoes it."""
@@ -88,22 +87,22 @@ class Checkpointer:
         self,
         output_dir: PathLike | None = None,
         *,
-        models: Sequence[nn.Module] = (),
-        optimizers: Sequence[Any] = (),
-        schedulers: Sequence[Any] = (),
-        dataloaders: Sequence[Any] = (),
+        models: Sequence[nn.Module] | None = None,
+        optimizers: Sequence[Any] | None = None,
+        schedulers: Sequence[Any] | None = None,
+        dataloaders: Sequence[Any] | None = None,
         scaler: Any = None,
         sharded_states: Sequence[ShardedState] = (),
         blocking: bool = True,
         safe_serialization: bool | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Path | AsyncSave:
-        """:func:`accel_ckpt.save_state` with this checkpointer's settings and objects."""
+        """:func:`accel_ckpt.save_state` with this checkpointer's settings and objects.
+
+        A kind of object not given is taken from :attr:`objects`.
+        """
         options: dict[str, Any] = {
-            "models": models,
-            "optimizers": optimizers,
-            "schedulers": schedulers,
-            "dataloaders": dataloaders,
+            **self._objects_or(models, optimizers, schedulers, dataloaders),
             "scaler": scaler,
             "custom_objects": self.custom_objects,
             "sharded_states": sharded_states,
@@ -124,10 +123,10 @@ class Checkpointer:
         self,
         input_dir: PathLike | None = None,
         *,
-        models: Sequence[nn.Module] = (),
-        optimizers: Sequence[Any] = (),
-        schedulers: Sequence[Any] = (),
-        dataloaders: Sequence[Any] = (),
+        models: Sequence[nn.Module] | None = None,
+        optimizers: Sequence[Any] | None = None,
+        schedulers: Sequence[Any] | None = None,
+        dataloaders: Sequence[Any] | None = None,
         scaler: Any = None,
         sharded_states: Sequence[ShardedState] = (),
         strict: bool = True,
@@ -136,14 +135,16 @@ class Checkpointer:
     ) -> LoadedCheckpoint:
         """:func:`accel_ckpt.load_state` with this checkpointer's settings and objects.
 
-        ``allow_pickle`` overrides the checkpointer's setting for this call.
+        ``allow_pickle`` overrides the checkpointer's setting for this call. A kind of object not
+        given is taken from :attr:`objects`.
         """
+        objects = self._objects_or(models, optimizers, schedulers, dataloaders)
         return load_state(
             input_dir,
-            models=models,
-            optimizers=optimizers,
-            schedulers=schedulers,
-            dataloaders=dataloaders,
+            models=objects["models"],
+            optimizers=objects["optimizers"],
+            schedulers=objects["schedulers"],
+            dataloaders=objects["dataloaders"],
             scaler=scaler,
             custom_objects=self.custom_objects,
             sharded_states=sharded_states,
@@ -154,6 +155,22 @@ class Checkpointer:
             unwrap=self.unwrap,
             allow_pickle=self.allow_pickle if allow_pickle is None else allow_pickle,
         )
+
+    def _objects_or(
+        self,
+        models: Sequence[nn.Module] | None,
+        optimizers: Sequence[Any] | None,
+        schedulers: Sequence[Any] | None,
+        dataloaders: Sequence[Any] | None,
+    ) -> dict[str, Sequence[Any]]:
+        """Each kind given, else the registry's list of that kind."""
+        objects = self.objects
+        return {
+            "models": objects.models if models is None else models,
+            "optimizers": objects.optimizers if optimizers is None else optimizers,
+            "schedulers": objects.schedulers if schedulers is None else schedulers,
+            "dataloaders": objects.dataloaders if dataloaders is None else dataloaders,
+        }
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint ``load_state()`` without a folder loads, or None when there is none yet.

@@ -1,4 +1,4 @@
-"""Human-readable byte sizes: ``"10GB"``, ``"200KB"``, ``"10GiB"``, ``"5Gb"`` (bits) or ints."""
+"""Byte sizes: read from ``"10GB"``, ``"10GiB"``, ``"5Gb"`` (bits) or ints; written for humans."""
 
 from __future__ import annotations
 
@@ -67,3 +67,16 @@ def format_size(num_bytes: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1000
     return f"{value:.2f} TB"
+
+
+def convert_bytes(size: float) -> str:
+    """A byte count for humans in powers of 1024, as Accelerate writes it: ``"2.0 KB"``.
+
+    Accelerate's ``accelerate.utils.convert_bytes`` (:func:`format_size` is accel's own, in
+    powers of 1000).
+    """
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if size < 1024.0:
+            return f"{round(size, 2)} {unit}"
+        size /= 1024.0
+    return f"{round(size, 2)} PB"

@@ -1,4 +1,10 @@
-"""Helpers over environment variables: writing them out safely and undoing what code set."""
+"""Helpers over environment variables: writing them out safely and undoing what code set.
+
+Example:
+    >>> with clear_environment():
+    ...     len(os.environ)
+    0
+"""
 
 from __future__ import annotations
 
@@ -38,6 +44,21 @@ def convert_dict_to_env_variables(
                 "Skipping %s=%s: empty, or holds one of ; < > space or a newline", key, value
             )
     return lines
+
+
+@contextlib.contextmanager
+def clear_environment() -> Iterator[None]:
+    """Run the block with an empty ``os.environ``; the environment is restored afterwards.
+
+    Accelerate's ``accelerate.utils.clear_environment``.
+    """
+    saved = os.environ.copy()
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager

@@ -306,7 +306,8 @@ def resolve_launch_args(args: argparse.Namespace) -> tuple[argparse.Namespace, A
             fill(field.name, value)
     if merged.use_cpu:
         args.cpu = True
-    if not any(typed_value(args, name) for name in _MODE_SWITCHES) and merged.distributed_type:
+    if flags.distributed_type is None and merged.distributed_type:
+        # No mode switch typed (flags_to_config sets distributed_type for one): the file's mode.
         kind = DistributedType(merged.distributed_type)
         for name, kinds in _MODE_SWITCHES.items():
             setattr(args, name, kind in kinds)

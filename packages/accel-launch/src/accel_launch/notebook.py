@@ -135,7 +135,7 @@ def _rendezvous(
     if not rdzv_endpoint:
         if use_port is None and num_nodes == 1:
             # c10d binds port 0 and shares what the OS gave; static needs a number up front.
-            port = 0 if rdzv_backend == "c10d" else _free_port()
+            port = 0 if rdzv_backend == "c10d" else get_free_port()
         elif use_port is None:
             port = DEFAULT_MULTI_NODE_PORT  # every machine must agree on it: Accelerate's default
         else:
@@ -146,8 +146,11 @@ def _rendezvous(
     return _Rendezvous(rdzv_backend, rdzv_endpoint, conf, rdzv_id)
 
 
-def _free_port() -> int:
-    """A TCP port the OS reports free on every interface (another job's port never is)."""
+def get_free_port() -> int:
+    """A TCP port the OS reports free on every interface (another job's port never is).
+
+    Accelerate's ``accelerate.utils.get_free_port`` (for ``main_process_port=0``).
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
@@ -262,6 +265,16 @@ def notebook_launcher(
         log_line_prefix_template=log_line_prefix_template,
         env=env,
     )
+
+
+def test_launch() -> None:
+    """Check that a ``PartialState`` starts in this process (what a launched function first does).
+
+    Accelerate's ``accelerate.launchers.test_launch``.
+    """
+    from accel_state import PartialState
+
+    PartialState()
 
 
 def debug_launcher(

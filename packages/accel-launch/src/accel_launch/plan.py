@@ -21,7 +21,7 @@ import importlib.util
 import os
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from accel_launch.affinity import CPU_AFFINITY_ENV
@@ -29,7 +29,6 @@ from accel_launch.config.schema import AccelConfig
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
-from accel_launch.launch_args import typed_value
 from accel_launch.overlay import flags_to_config
 from accel_launch.replica_plan import ReplicaGroups, replica_groups
 from accel_launch.torchrun_env import torchrun_env_config
@@ -115,6 +114,68 @@ class LaunchPlan:
         return [sys.executable, "-u", *recorder, *module, self.target, *self.target_args]
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """The command-line settings a config file cannot hold, read from the flags once.
+
+    Built where the flags are merged over the config file (:func:`build_plan`); after that the
+    plan reads the merged config, the typed flags (:func:`~accel_launch.overlay.flags_to_config`)
+    and these options, never the namespace again. Values are as typed (``None``: not given).
+
+    Attributes:
+        target: The training script, module (``module``) or program (``no_python``); ``None``
+            when only the environment is wanted (launch helpers).
+        target_args: Arguments for the target.
+        module: ``-m``: run the target as a module.
+        no_python: ``--no_python``: run the target as a program.
+        tee: ``--tee``: worker streams teed to log files.
+        log_dir: ``--log_dir``: folder for worker logs and error files.
+        role: ``--role``: worker role name for torch elastic.
+        quiet: ``--quiet``: hide the launcher's own messages.
+        as_accelerate: ``--as_accelerate``: serve ``import accelerate`` with accel.
+        env: ``--env KEY=VALUE`` items, unparsed (see :func:`parse_env_assignments`).
+        ft_replicas: ``--ft_replicas``: replica groups to run here.
+        ft_min_replicas: ``--ft_min_replicas``: fewest groups a step commits with.
+        ft_lighthouse: ``--ft_lighthouse``: ``HOST:PORT`` of a lighthouse elsewhere.
+        ft_replica_id: ``--ft_replica_id``: the replica group this launcher runs.
+    """
+
+    target: str | None = None
+    target_args: tuple[str, ...] = ()
+    module: bool = False
+    no_python: bool = False
+    tee: str | None = None
+    log_dir: str | None = None
+    role: str | None = None
+    quiet: bool = False
+    as_accelerate: bool = False
+    env: tuple[str, ...] = ()
+    ft_replicas: int | None = None
+    ft_min_replicas: int | None = None
+    ft_lighthouse: str | None = None
+    ft_replica_id: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LaunchOptions:
+        """Read the options from ``accel launch``'s parsed flags (a missing one: not given)."""
+        return cls(
+            target=getattr(args, "training_script", None),
+            target_args=tuple(getattr(args, "training_script_args", None) or ()),
+            module=bool(getattr(args, "module", False)),
+            no_python=bool(getattr(args, "no_python", False)),
+            tee=getattr(args, "tee", None),
+            log_dir=getattr(args, "log_dir", None),
+            role=getattr(args, "role", None),
+            quiet=bool(getattr(args, "quiet", False)),
+            as_accelerate=bool(getattr(args, "as_accelerate", False)),
+            env=tuple(getattr(args, "env", None) or ()),
+            ft_replicas=getattr(args, "ft_replicas", None),
+            ft_min_replicas=getattr(args, "ft_min_replicas", None),
+            ft_lighthouse=getattr(args, "ft_lighthouse", None),
+            ft_replica_id=getattr(args, "ft_replica_id", None),
+        )
+
+
 def parse_rdzv_conf(text: str | None) -> dict[str, str | int]:
     """``"timeout=60,join_timeout=30"`` -> ``{"timeout": 60, "join_timeout": 30}`` (digits as ints).
 
@@ -153,16 +214,16 @@ def _distributed_type(config: AccelConfig) -> DistributedType | None:
     return kind
 
 
-def _check_target(args: argparse.Namespace) -> None:
-    if args.training_script is None:
+def _check_target(options: LaunchOptions) -> None:
+    if options.target is None:
         # A namespace built for a launch helper that only wants the environment
         # (prepare_multi_gpu_env): there is no script to check.
         return
-    if args.module and args.no_python:
+    if options.module and options.no_python:
         raise LaunchArgumentError("--module (-m) and --no_python cannot be combined.")
-    if not args.module and not args.no_python and not Path(args.training_script).is_file():
+    if not options.module and not options.no_python and not Path(options.target).is_file():
         raise LaunchArgumentError(
-            f"training script {args.training_script!r} does not exist "
+            f"training script {options.target!r} does not exist "
             "(use -m for a module, --no_python for a program)."
         )
 
@@ -328,24 +389,40 @@ def _xla_bf16_env(config: AccelConfig, kind: DistributedType | None, typed: bool
     return {"XLA_DOWNCAST_BF16": "1"}
 
 
-def _mode_notes(args: argparse.Namespace, mode: str, num_machines: int) -> list[str]:
-    """Notes for typed flags the chosen launch mode has no use for."""
+def _mode_notes(
+    flags: AccelConfig, options: LaunchOptions, mode: str, num_machines: int
+) -> list[str]:
+    """Notes for typed flags the chosen launch mode has no use for.
+
+    Args:
+        flags: The settings typed on the command line (only those; see ``flags_to_config``).
+        options: The command-line settings a config file cannot hold.
+        mode: The chosen launch mode.
+        num_machines: Machines taking part.
+    """
     notes = []
     if mode == SINGLE:
-        elastic_only = ["tee", "log_dir", "role", "rdzv_backend", "rdzv_conf", "monitor_interval"]
-        unused = [name for name in elastic_only if getattr(args, name, None) is not None]
+        elastic_only = {
+            "tee": options.tee,
+            "log_dir": options.log_dir,
+            "role": options.role,
+            "rdzv_backend": flags.rdzv_backend,
+            "rdzv_conf": flags.rdzv_conf,
+            "monitor_interval": flags.monitor_interval,
+        }
+        unused = [name for name, value in elastic_only.items() if value is not None]
         if unused:
             notes.append(
                 f"{', '.join('--' + name for name in unused)} only act on multi-process "
                 "(torch elastic) launches; this one-process launch runs the script directly "
                 "(pass --num_processes 2 or --max_restarts 1 to go through torch elastic)"
             )
-    if mode == ELASTIC and num_machines == 1 and getattr(args, "rdzv_backend", None) == "static":
+    if mode == ELASTIC and num_machines == 1 and flags.rdzv_backend == "static":
         notes.append(
             "--rdzv_backend static is for several machines; one machine always uses a c10d store "
             "on a free port (as torchrun --standalone), so jobs never collide"
         )
-    if mode != XLA and getattr(args, "main_training_function", None) is not None:
+    if mode != XLA and flags.main_training_function is not None:
         notes.append(
             "--main_training_function only acts on XLA launches (--tpu); the script runs whole"
         )
@@ -392,7 +469,7 @@ def _apply_hostfile(config: AccelConfig) -> AccelConfig:
     return dataclasses.replace(config, **changes)  # type: ignore[arg-type]
 
 
-def parse_env_assignments(items: list[str] | None) -> dict[str, str]:
+def parse_env_assignments(items: Sequence[str] | None) -> dict[str, str]:
     """``--env KEY=VALUE`` (repeatable) -> ``{"KEY": "VALUE"}``.
 
     Raises:
@@ -432,7 +509,7 @@ def _feature_env(config: AccelConfig, kind: DistributedType | None) -> dict[str,
     return {CPU_AFFINITY_ENV: "1"} if config.enable_cpu_affinity else {}
 
 
-def _as_accelerate_env(args: argparse.Namespace) -> dict[str, str]:
+def _as_accelerate_env(as_accelerate: bool) -> dict[str, str]:
     """``ACCEL_AS_ACCELERATE=1`` for ``--as_accelerate``, once accel is known to be installed.
 
     The launcher does not import accel (it runs any torch script); accel's start-up hook, which
@@ -441,7 +518,7 @@ def _as_accelerate_env(args: argparse.Namespace) -> dict[str, str]:
     Raises:
         LaunchArgumentError: ``--as_accelerate`` without the accel package.
     """
-    if not getattr(args, "as_accelerate", False):
+    if not as_accelerate:
         return {}
     if importlib.util.find_spec("accel") is None:
         raise LaunchArgumentError(
@@ -516,7 +593,7 @@ def _min_machines(config: AccelConfig, most: int) -> int | None:
 
 
 def _elastic_machine_rank(
-    args: argparse.Namespace, config: AccelConfig, kind: DistributedType | None, notes: list[str]
+    flags: AccelConfig, config: AccelConfig, kind: DistributedType | None, notes: list[str]
 ) -> int:
     """An elastic range has no machine ranks of its own: the c10d rendezvous assigns them.
 
@@ -529,10 +606,9 @@ def _elastic_machine_rank(
             f"--num_machines {span} is an elastic range (torch elastic); XLA launches "
             "(--tpu) run a fixed number of machines. Pass --num_machines N."
         )
-    typed_rank = typed_value(args, "machine_rank")
-    if typed_rank is not None:
+    if flags.machine_rank is not None:
         raise LaunchArgumentError(
-            f"--machine_rank {typed_rank} means nothing with --num_machines {span}: the "
+            f"--machine_rank {flags.machine_rank} means nothing with --num_machines {span}: the "
             "c10d rendezvous numbers the machines as they join (and again after one is lost). "
             "Drop --machine_rank, or pass a fixed --num_machines N with it."
         )
@@ -544,14 +620,14 @@ def _elastic_machine_rank(
     return 0
 
 
-def _elastic_backend(args: argparse.Namespace, config: AccelConfig, notes: list[str]) -> str:
+def _elastic_backend(flags: AccelConfig, config: AccelConfig, notes: list[str]) -> str:
     """An elastic range rendezvouses through c10d (the static rendezvous has fixed ranks).
 
     Raises:
         LaunchArgumentError: ``--rdzv_backend static`` was typed with a range.
     """
     span = f"{config.min_num_machines}:{config.num_machines}"
-    if typed_value(args, "rdzv_backend") == "static":
+    if flags.rdzv_backend == "static":
         raise LaunchArgumentError(
             f"--num_machines {span} needs the c10d rendezvous (machines join and leave; the "
             "static one has a fixed machine count and ranks). Pass --rdzv_backend c10d, or a "
@@ -577,8 +653,11 @@ def build_plan(
         LaunchArgumentError: The combination cannot be launched (the message says how to fix it).
     """
     env = os.environ if environ is None else environ
+    # The merge reads ``args`` twice, here: what was typed of the config keys (``flags``) and the
+    # rest of the command line (``options``). Everything below reads these and ``config`` only.
     flags = flags_to_config(args)
-    _check_target(args)
+    options = LaunchOptions.from_args(args)
+    _check_target(options)
     have_file = file_config is not None
     # torchrun's PET_* variables (Kubeflow) go over the config file; flags go over both.
     pet_config, pet_notes = torchrun_env_config(env)
@@ -595,7 +674,7 @@ def build_plan(
     min_machines = _min_machines(config, num_machines)
     machine_rank = config.machine_rank or 0
     if min_machines is not None:
-        machine_rank = _elastic_machine_rank(args, config, kind, notes)
+        machine_rank = _elastic_machine_rank(flags, config, kind, notes)
     if machine_rank >= num_machines:
         raise LaunchArgumentError(
             f"--machine_rank {machine_rank} must be below --num_machines {num_machines} "
@@ -646,7 +725,13 @@ def build_plan(
             "is not supported: accel starts every machine through torch elastic ('standard'). "
             "Run `accel launch` on each machine with --deepspeed_multinode_launcher standard."
         )
-    fault_tolerance = replica_groups(args, num_machines)
+    fault_tolerance = replica_groups(
+        num_machines,
+        replicas=options.ft_replicas,
+        min_replicas=options.ft_min_replicas,
+        lighthouse=options.ft_lighthouse,
+        replica_id=options.ft_replica_id,
+    )
     if fault_tolerance is not None and kind is DistributedType.XLA:
         raise LaunchArgumentError(
             "--ft_replicas / --ft_lighthouse with --tpu: replica groups run through torch elastic "
@@ -673,7 +758,7 @@ def build_plan(
 
     rdzv_backend = config.rdzv_backend or "static"
     if min_machines is not None:
-        rdzv_backend = _elastic_backend(args, config, notes)
+        rdzv_backend = _elastic_backend(flags, config, notes)
     rdzv_conf = parse_rdzv_conf(config.rdzv_conf)
     host = config.main_process_ip or "127.0.0.1"
     if num_machines == 1:
@@ -690,11 +775,11 @@ def build_plan(
     worker_env.update(_thread_env(config, mode, use_cpu or gpus == 0, per_node, env))
     worker_env.update(_intel_openmp_env(use_cpu, env))
     worker_env.update(_rendezvous_env(mode, rdzv_backend, config.max_restarts or 0, env))
-    worker_env.update(_xla_bf16_env(config, kind, bool(getattr(args, "downcast_bf16", None))))
+    worker_env.update(_xla_bf16_env(config, kind, bool(flags.downcast_bf16)))
     worker_env.update(_feature_env(config, kind))
-    worker_env.update(_as_accelerate_env(args))
-    worker_env.update(parse_env_assignments(getattr(args, "env", None)))
-    notes.extend(_mode_notes(args, mode, num_machines))
+    worker_env.update(_as_accelerate_env(options.as_accelerate))
+    worker_env.update(parse_env_assignments(options.env))
+    notes.extend(_mode_notes(flags, options, mode, num_machines))
     interface, local_addr = _network(mode, num_machines, host, {**env, **worker_env})
     if interface is not None:
         worker_env.update(interface.env())
@@ -703,10 +788,10 @@ def build_plan(
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
     return LaunchPlan(
         mode=mode,
-        target=args.training_script or "",
-        target_args=tuple(args.training_script_args or ()),
-        module=bool(args.module),
-        no_python=bool(args.no_python),
+        target=options.target or "",
+        target_args=options.target_args,
+        module=options.module,
+        no_python=options.no_python,
         num_processes=num_processes,
         num_machines=num_machines,
         min_machines=min_machines,
@@ -718,10 +803,10 @@ def build_plan(
         run_id=run_id,
         max_restarts=config.max_restarts or 0,
         monitor_interval=config.monitor_interval or 0.1,
-        tee=getattr(args, "tee", None),
-        log_dir=getattr(args, "log_dir", None),
-        role=getattr(args, "role", None) or "default",
-        quiet=bool(getattr(args, "quiet", False)),
+        tee=options.tee,
+        log_dir=options.log_dir,
+        role=options.role or "default",
+        quiet=options.quiet,
         main_training_function=config.main_training_function or "main",
         use_cpu=use_cpu,
         uses_gpus=gpus > 0 and kind is not DistributedType.XLA,

@@ -9,7 +9,6 @@ checks those flags; ``accel_launch.runners.replica_groups`` runs the groups.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from accel_launch.errors import LaunchArgumentError
@@ -53,17 +52,27 @@ def lighthouse_url(value: str) -> str:
     return url.rstrip("/")
 
 
-def replica_groups(args: argparse.Namespace, num_machines: int) -> ReplicaGroups | None:
+def replica_groups(
+    num_machines: int,
+    *,
+    replicas: int | None,
+    min_replicas: int | None,
+    lighthouse: str | None,
+    replica_id: int | None,
+) -> ReplicaGroups | None:
     """The replica groups the ``--ft_*`` flags ask for; ``None`` when none is given.
+
+    Args:
+        num_machines: Machines taking part (resolved from flags, config file and hostfile).
+        replicas: ``--ft_replicas`` (``None``: not given), and so on for the other flags.
+        min_replicas: ``--ft_min_replicas``.
+        lighthouse: ``--ft_lighthouse``.
+        replica_id: ``--ft_replica_id``.
 
     Raises:
         LaunchArgumentError: A value is out of range or the flags do not fit together; the
             message names the flag, the value and the fix.
     """
-    replicas = getattr(args, "ft_replicas", None)
-    min_replicas = getattr(args, "ft_min_replicas", None)
-    lighthouse = getattr(args, "ft_lighthouse", None)
-    replica_id = getattr(args, "ft_replica_id", None)
     if replicas is None and lighthouse is None and replica_id is None and min_replicas is None:
         return None
     if lighthouse is None and replica_id is not None:

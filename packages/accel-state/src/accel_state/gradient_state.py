@@ -7,9 +7,12 @@ from typing import Any, ClassVar
 
 from accel_state.shared import shared_dict
 
-_DEFAULT_PLUGIN = {
+#: The settings ``plugin_kwargs`` may hold, and the value each property falls back on when the
+#: key is absent (Accelerate's fallbacks: a plugin's ``to_kwargs()`` drops fields left at the
+#: plugin's own defaults, so ``adjust_scheduler`` reads False unless the key is present).
+_PLUGIN_FALLBACKS: dict[str, Any] = {
     "num_steps": 1,
-    "adjust_scheduler": True,
+    "adjust_scheduler": False,
     "sync_with_dataloader": True,
     "sync_each_batch": False,
 }
@@ -22,9 +25,19 @@ class GradientState:
     of that batch are duplicates (``remainder``); the Accelerator reads those to decide when to
     synchronise gradients and what ``gather_for_metrics`` must drop.
 
+    ``plugin_kwargs`` is, as in Accelerate, the plugin's ``to_kwargs()`` (only the fields changed
+    from the plugin's defaults), or ``{}`` when no plugin was ever given; building
+    ``GradientState`` again with another plugin replaces it. The properties ``num_steps``,
+    ``adjust_scheduler``, ``sync_with_dataloader`` and ``sync_each_batch`` read it with the
+    fallbacks 1, False, True and False.
+
     Args:
-        gradient_accumulation_plugin: Optional mapping (or object with ``to_kwargs()``) of
+        gradient_accumulation_plugin: Optional object with ``to_kwargs()`` (a
+            ``GradientAccumulationPlugin``) or a mapping taken as those kwargs, with keys among
             ``num_steps``, ``adjust_scheduler``, ``sync_with_dataloader``, ``sync_each_batch``.
+
+    Raises:
+        ValueError: When the settings hold a key outside those four.
 
     """
 
@@ -32,25 +45,19 @@ class GradientState:
 
     def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
         self.__dict__ = self._shared_state
+        settings = (
+            None
+            if gradient_accumulation_plugin is None
+            else _plugin_settings(gradient_accumulation_plugin)
+        )
         if not self.initialized:
             self.sync_gradients = True
             self.end_of_dataloader = False
             self.remainder = -1
-            self.plugin_kwargs: dict[str, Any] = dict(_DEFAULT_PLUGIN)
+            self.plugin_kwargs: dict[str, Any] = {} if settings is None else settings
             self._dataloader_refs: list[weakref.ReferenceType[Any]] = []
-        if gradient_accumulation_plugin is not None:
-            settings = (
-                gradient_accumulation_plugin.to_kwargs()
-                if hasattr(gradient_accumulation_plugin, "to_kwargs")
-                else dict(gradient_accumulation_plugin)
-            )
-            unknown = set(settings) - set(_DEFAULT_PLUGIN)
-            if unknown:
-                raise ValueError(
-                    f"Unknown gradient accumulation settings {sorted(unknown)}; "
-                    f"accepted: {sorted(_DEFAULT_PLUGIN)}."
-                )
-            self.plugin_kwargs.update(settings)
+        elif settings is not None and self.plugin_kwargs != settings:
+            self.plugin_kwargs = settings
 
     @property
     def initialized(self) -> bool:
@@ -66,22 +73,32 @@ class GradientState:
     @property
     def num_steps(self) -> int:
         """Micro-steps per optimizer step."""
-        return int(self.plugin_kwargs["num_steps"])
+        return int(self.plugin_kwargs.get("num_steps", _PLUGIN_FALLBACKS["num_steps"]))
 
     @property
     def adjust_scheduler(self) -> bool:
-        """Whether the scheduler's step count is adjusted for accumulation."""
-        return bool(self.plugin_kwargs["adjust_scheduler"])
+        """Whether accumulating micro-steps advance the scheduler's ``_step_count``.
+
+        False unless ``plugin_kwargs`` holds the key; as in Accelerate, a plugin's
+        ``to_kwargs()`` never does (True is the plugin's default), so this reads False.
+        """
+        return bool(
+            self.plugin_kwargs.get("adjust_scheduler", _PLUGIN_FALLBACKS["adjust_scheduler"])
+        )
 
     @property
     def sync_with_dataloader(self) -> bool:
         """Whether the end of a dataloader forces a gradient sync."""
-        return bool(self.plugin_kwargs["sync_with_dataloader"])
+        return bool(
+            self.plugin_kwargs.get(
+                "sync_with_dataloader", _PLUGIN_FALLBACKS["sync_with_dataloader"]
+            )
+        )
 
     @property
     def sync_each_batch(self) -> bool:
         """Whether gradients are synchronised on every micro-step (saves memory)."""
-        return bool(self.plugin_kwargs["sync_each_batch"])
+        return bool(self.plugin_kwargs.get("sync_each_batch", _PLUGIN_FALLBACKS["sync_each_batch"]))
 
     # Dataloader bookkeeping --------------------------------------------------------------
     @property
@@ -157,3 +174,15 @@ class GradientState:
             f"end_of_dataloader={self.end_of_dataloader}, remainder={self.remainder}, "
             f"num_steps={self.num_steps}, in_dataloader={self.in_dataloader})"
         )
+
+
+def _plugin_settings(plugin: Any) -> dict[str, Any]:
+    """The ``plugin_kwargs`` a plugin (its ``to_kwargs()``) or a mapping stands for."""
+    settings = dict(plugin.to_kwargs() if hasattr(plugin, "to_kwargs") else plugin)
+    unknown = set(settings) - set(_PLUGIN_FALLBACKS)
+    if unknown:
+        raise ValueError(
+            f"Unknown gradient accumulation settings {sorted(unknown)} in "
+            f"gradient_accumulation_plugin={plugin!r}; accepted: {sorted(_PLUGIN_FALLBACKS)}."
+        )
+    return settings

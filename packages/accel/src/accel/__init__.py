@@ -59,8 +59,8 @@ _EXPORTS = {
     "skip_first_batches": "accel_data",
     "synchronize_rng_states": "accel_data",
     "set_seed": "accel_data",
-    "GeneralTracker": "accel.tracking",
-    "LoggerType": "accel.tracking",
+    "GeneralTracker": "accel.tracking.base",
+    "LoggerType": "accel.tracking.base",
     "notebook_launcher": "accel_launch",
     "debug_launcher": "accel_launch",
     # serve `import accelerate` with accel (transformers' Trainer, TRL, PEFT)
@@ -105,8 +105,8 @@ if TYPE_CHECKING:
     from accel.replica_training import FaultTolerancePlugin as FaultTolerancePlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
     from accel.strategies.deepspeed_plugin import DeepSpeedPlugin as DeepSpeedPlugin
-    from accel.tracking import GeneralTracker as GeneralTracker
-    from accel.tracking import LoggerType as LoggerType
+    from accel.tracking.base import GeneralTracker as GeneralTracker
+    from accel.tracking.base import LoggerType as LoggerType
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration
     from accel_ckpt import load_checkpoint_in_model as load_checkpoint_in_model
     from accel_ckpt.big_modeling import cpu_offload as cpu_offload

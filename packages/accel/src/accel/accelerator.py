@@ -36,10 +36,12 @@ from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision, make_precision
 from accel.profiling import ProfileKwargs
 from accel.replica_training import FaultTolerancePlugin, ReplicaGroupTraining
+from accel.run_config import RunConfig
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies import make_strategy
-from accel.trackers_mixin import TrackersMixin
-from accel.tracking import GeneralTracker, filter_trackers, resolve_trackers
+from accel.tracking.accelerator_mixin import TrackersMixin
+from accel.tracking.base import GeneralTracker
+from accel.tracking.resolve import filter_trackers, resolve_trackers
 from accel.training_step import TrainingStepMixin
 from accel.triggers import Trigger
 from accel_ckpt import Checkpointer, ProjectConfiguration
@@ -221,33 +223,38 @@ class Accelerator(
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.project_configuration = make_project_configuration(project_dir, project_config)
         self.log_with = filter_trackers(log_with, self.logging_dir)
-        self.strategy = make_strategy(
-            self.state.distributed_type,
-            self.state.partial,
+        #: Everything this Accelerator runs with, resolved once; the strategy, precision and
+        #: checkpoint layers get what they need from it (never from the process-wide state).
+        self.run_config = RunConfig(
+            process=self.state.partial,
+            distributed_type=self.state.distributed_type,
+            mixed_precision=self.state.mixed_precision,
+            gradient_accumulation_steps=self.gradient_state.num_steps,
+            split_batches=self.dataloader_config.split_batches,
+            gradient_state=self.gradient_state,
+            fsdp_plugin=self.state.fsdp_plugin,
+            deepspeed_plugins=self.state.deepspeed_registry,
+            dynamo_plugin=self.state.dynamo_plugin,
             parallel_mesh=self.state.parallel_mesh,
-            **(self.ddp_handler.to_kwargs() if self.ddp_handler else {}),
+            ddp_settings=self.ddp_handler.to_kwargs() if self.ddp_handler else {},
         )
-        if hasattr(self.strategy, "split_batches"):  # DeepSpeed: DummyScheduler's step count
-            self.strategy.split_batches = self.dataloader_config.split_batches
-        self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
+        self.strategy = make_strategy(self.run_config)
+        self._fp8 = resolve_fp8(handlers, self.run_config.mixed_precision, contract)
         self.precision: Precision = (
             make_fp8_precision(self._fp8, self.device, self.distributed_type, fsdp2=self.is_fsdp2)
             if self._fp8.enabled
             else make_precision(
-                "no" if self.strategy.owns_mixed_precision else self.state.mixed_precision,
+                "no" if self.strategy.owns_mixed_precision else self.run_config.mixed_precision,
                 self.device,
                 self.scaler_handler,
             )
         )
         self.scaler = self.precision.scaler
         self.step = 0
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[Any] = []
+        # What save_state, load_state and replica healing cover (see training_objects).
+        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._prepared_ids: dict[int, tuple[Any, Any]] = {}
         self._parameter_moves: ParameterMoves = {}
-        self.checkpointer = Checkpointer(self.project_configuration, unwrap=_WeakUnwrap(self))
         self._trigger = Trigger(self.device)
         self.fault_tolerance = FaultTolerance(self.state.partial, strategy=self.strategy)
         plugin = (
@@ -297,10 +304,7 @@ class Accelerator(
 
     def _replace_prepared(self, before: Any, after: Any) -> None:
         """Record that the strategy replaced the prepared object ``before`` by ``after``."""
-        for registry in (self._models, self._optimizers, self._schedulers):
-            for index, obj in enumerate(registry):
-                if obj is before:
-                    registry[index] = after
+        self.training_objects.replace(before, after)
         for key, (original, prepared) in list(self._prepared_ids.items()):
             if prepared is before:
                 self._prepared_ids[key] = (original, after)
@@ -548,10 +552,7 @@ class Accelerator(
         Returns:
             A list of ``None`` of the same length as ``objects``, to rebind them.
         """
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
+        self.training_objects.clear()
         self._prepared_ids.clear()
         self._parameter_moves.clear()
         self.strategy.free_memory()

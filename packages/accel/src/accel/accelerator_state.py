@@ -339,6 +339,24 @@ def _launcher_plugins(
     return fsdp_plugin, deepspeed_plugin
 
 
+def current_precision_and_device() -> tuple[PrecisionType, torch.device]:
+    """The precision mode and device of this process's ``AcceleratorState``.
+
+    For Accelerate's free helpers that take no Accelerator (``get_mixed_precision_context_manager``):
+    the one place outside an Accelerator that reads the process's settings.
+
+    Raises:
+        StateResetError: No ``AcceleratorState`` exists (or it was reset).
+    """
+    state = AcceleratorState()
+    return state.mixed_precision, state.device
+
+
+def current_distributed_type() -> DistributedType | None:
+    """The distributed mode of this process's ``AcceleratorState``, else ``None`` (none made)."""
+    return AcceleratorState().distributed_type if is_initialized() else None
+
+
 def is_initialized() -> bool:
     """Whether an :class:`AcceleratorState` exists in this process (an Accelerator was made)."""
     return "partial" in AcceleratorState._shared_state

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from accel.kwargs_handlers import AutocastKwargs
+from accel.precision import autocast_dtype
 from accel_state import DistributedType
 
 _ACCELERATOR_TYPES = (
@@ -72,19 +73,16 @@ def get_mixed_precision_context_manager(
         native_amp: Autocast at all (``False`` gives ``contextlib.nullcontext()``).
         autocast_kwargs: Extra ``torch.autocast`` arguments (``enabled``, ``cache_enabled``).
     """
-    from accel.accelerator_state import AcceleratorState
+    from accel.accelerator_state import current_precision_and_device
 
     if not native_amp:
         return contextlib.nullcontext()
     settings = (autocast_kwargs or AutocastKwargs()).to_kwargs()
-    state = AcceleratorState()
-    mode = str(getattr(state.mixed_precision, "value", state.mixed_precision))
-    device_type = state.device.type
-    if mode == "fp16":
-        return torch.autocast(device_type=device_type, dtype=torch.float16, **settings)
-    if mode in ("bf16", "fp8"):
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16, **settings)
-    return torch.autocast(device_type=device_type, **settings)
+    mode, device = current_precision_and_device()
+    dtype = autocast_dtype(mode)
+    if dtype is None:
+        return torch.autocast(device_type=device.type, **settings)
+    return torch.autocast(device_type=device.type, dtype=dtype, **settings)
 
 
 __all__ = ["get_current_device_type", "get_grad_scaler", "get_mixed_precision_context_manager"]

@@ -359,17 +359,16 @@ def deepspeed_required(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from accel.accelerator_state import AcceleratorState
+        from accel.accelerator_state import current_distributed_type
         from accel_state import DistributedType
 
-        if AcceleratorState._shared_state:
-            kind = AcceleratorState().distributed_type
-            if kind != DistributedType.DEEPSPEED:
-                raise AcceleratorConfigError(
-                    f"{func.__name__} needs DeepSpeed, but the Accelerator runs {kind}: "
-                    "create it with deepspeed_plugin=... (or accel launch --use_deepspeed) "
-                    "before calling it."
-                )
+        kind = current_distributed_type()
+        if kind is not None and kind != DistributedType.DEEPSPEED:
+            raise AcceleratorConfigError(
+                f"{func.__name__} needs DeepSpeed, but the Accelerator runs {kind}: "
+                "create it with deepspeed_plugin=... (or accel launch --use_deepspeed) "
+                "before calling it."
+            )
         return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

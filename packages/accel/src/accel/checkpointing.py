@@ -14,7 +14,7 @@ from accel.errors import AcceleratorConfigError
 from accel.job_facts import JobFactsMixin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
-from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration
+from accel_ckpt import AsyncSave, Checkpointer, ProjectConfiguration, TrainingObjects
 from accel_ckpt import load as load_object
 from accel_ckpt import save as save_object
 from accel_ckpt import save_model as save_model_weights
@@ -44,8 +44,9 @@ def make_project_configuration(
 class CheckpointingMixin(JobFactsMixin):
     """``save_model``, ``save``, ``save_state``, ``load_state`` and registration, for the Accelerator.
 
-    The host class provides ``checkpointer``, ``project_configuration``, ``step``, the prepared
-    object lists, ``scaler`` and ``unwrap_model``; the facts come from :class:`JobFactsMixin`.
+    The host class provides ``checkpointer`` (whose :class:`~accel_ckpt.TrainingObjects` is the
+    one registry of what a state covers), ``project_configuration``, ``step``, ``scaler`` and
+    ``unwrap_model``; the facts come from :class:`JobFactsMixin`.
     """
 
     checkpointer: Checkpointer
@@ -54,11 +55,45 @@ class CheckpointingMixin(JobFactsMixin):
     project_configuration: ProjectConfiguration
     step: int
     scaler: Any
-    _models: list[torch.nn.Module]
-    _optimizers: list[Any]
-    _schedulers: list[Any]
-    _dataloaders: list[Any]
     replica_training: Any  # accel.replica_training.ReplicaGroupTraining | None
+
+    @property
+    def training_objects(self) -> TrainingObjects:
+        """Every object the training state covers (filled by ``prepare`` and registration)."""
+        return self.checkpointer.objects
+
+    # Accelerate's private names for the same lists (scripts and libraries read them).
+    @property
+    def _models(self) -> list[torch.nn.Module]:
+        return self.training_objects.models
+
+    @_models.setter
+    def _models(self, models: list[torch.nn.Module]) -> None:
+        self.training_objects.models[:] = models
+
+    @property
+    def _optimizers(self) -> list[Any]:
+        return self.training_objects.optimizers
+
+    @_optimizers.setter
+    def _optimizers(self, optimizers: list[Any]) -> None:
+        self.training_objects.optimizers[:] = optimizers
+
+    @property
+    def _schedulers(self) -> list[Any]:
+        return self.training_objects.schedulers
+
+    @_schedulers.setter
+    def _schedulers(self, schedulers: list[Any]) -> None:
+        self.training_objects.schedulers[:] = schedulers
+
+    @property
+    def _dataloaders(self) -> list[Any]:
+        return self.training_objects.dataloaders
+
+    @_dataloaders.setter
+    def _dataloaders(self, dataloaders: list[Any]) -> None:
+        self.training_objects.dataloaders[:] = dataloaders
 
     def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without any wrapper (the Accelerator overrides this)."""
@@ -74,7 +109,7 @@ class CheckpointingMixin(JobFactsMixin):
 
     @property
     def _custom_objects(self) -> list[Any]:
-        return self.checkpointer.custom_objects
+        return self.training_objects.custom_objects
 
     def register_save_state_pre_hook(
         self, hook: Callable[[list[torch.nn.Module], list[dict[str, Any]], str], None]
@@ -176,8 +211,6 @@ class CheckpointingMixin(JobFactsMixin):
                 models=models,
                 optimizers=optimizers,
                 sharded_states=sharded,
-                schedulers=self._schedulers,
-                dataloaders=self._dataloaders,
                 scaler=self.scaler,
                 blocking=blocking,
                 safe_serialization=safe_serialization,
@@ -254,8 +287,6 @@ class CheckpointingMixin(JobFactsMixin):
                 models=models,
                 optimizers=optimizers,
                 sharded_states=sharded,
-                schedulers=self._schedulers,
-                dataloaders=self._dataloaders,
                 scaler=self.scaler,
                 strict=strict,
                 allow_pickle=allow_pickle,

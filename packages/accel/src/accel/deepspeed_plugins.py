@@ -116,39 +116,42 @@ def refuse_plugins_for_existing_state(shared: Mapping[str, Any], given: Any) -> 
     )
 
 
-class DeepSpeedPluginsMixin:
-    """``AcceleratorState`` members for named DeepSpeed plugins (Accelerate's names)."""
+class DeepSpeedPluginRegistry:
+    """The process's DeepSpeed plugins and live training engines, over the state's record.
 
-    _shared_state: ClassVar[dict[str, Any]]
+    One exists per ``AcceleratorState`` record; the state hands it to the DeepSpeed strategy
+    (through :class:`~accel.run_config.RunConfig`), which never looks the state up.
+
+    Args:
+        record: The dict the entries live in (the ``AcceleratorState``'s shared record).
+    """
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self._record = record
 
     @property
-    def deepspeed_plugins(self) -> Any:
-        """The named plugins (a dict), else the single plugin, else ``None``."""
-        named = self._shared_state.get(STATE_KEY)
-        return named if named is not None else self._shared_state.get(ACTIVE_KEY)
+    def active(self) -> Any:
+        """The selected plugin (the only one, without named plugins), else ``None``."""
+        return self._record.get(ACTIVE_KEY)
 
-    def get_deepspeed_plugin(self, name: str) -> Any:
+    @active.setter
+    def active(self, plugin: Any) -> None:
+        """Make ``plugin`` the selected one (the launcher's plugin, made at ``prepare``)."""
+        self._record[ACTIVE_KEY] = plugin
+
+    @property
+    def named(self) -> dict[str, Any] | None:
+        """The named plugins (a dict), else ``None``."""
+        return self._record.get(STATE_KEY)
+
+    def plugin_named(self, name: str | None, method: str) -> Any:
         """The plugin registered as ``name``.
 
         Raises:
-            AcceleratorConfigError: No named plugins, or none called ``name``.
+            AcceleratorConfigError: No named plugins, or none called ``name`` (``method`` names
+                the caller in the message).
         """
-        return self._named_plugin(name, "get_deepspeed_plugin")
-
-    def select_deepspeed_plugin(self, name: str | None = None) -> None:
-        """Make the plugin ``name`` the one the next ``prepare`` builds its engine with.
-
-        Raises:
-            AcceleratorConfigError: ``name`` is not a registered plugin.
-        """
-        chosen = self._named_plugin(name, "select_deepspeed_plugin")
-        for plugin in self._shared_state[STATE_KEY].values():
-            plugin._unselect()
-        chosen.select(_from_accelerator_state=True)
-        self._shared_state[ACTIVE_KEY] = chosen
-
-    def _named_plugin(self, name: str | None, method: str) -> Any:
-        named = self._shared_state.get(STATE_KEY)
+        named = self.named
         if not named or name not in named:
             known = list(named) if named else []
             raise AcceleratorConfigError(
@@ -158,37 +161,49 @@ class DeepSpeedPluginsMixin:
             )
         return named[name]
 
-    def _deepspeed_plugin_name(self, plugin: Any) -> str:
+    def select(self, name: str | None) -> None:
+        """Make the plugin ``name`` the selected one.
+
+        Raises:
+            AcceleratorConfigError: ``name`` is not a registered plugin.
+        """
+        chosen = self.plugin_named(name, "select_deepspeed_plugin")
+        for plugin in (self.named or {}).values():
+            plugin._unselect()
+        chosen.select(_from_accelerator_state=True)
+        self.active = chosen
+
+    def name_of(self, plugin: Any) -> str:
         """The plugin's name in ``deepspeed_plugins``, else ``"deepspeed_plugin"``."""
-        named = self._shared_state.get(STATE_KEY) or {}
+        named = self.named or {}
         return next((name for name, value in named.items() if value is plugin), ACTIVE_KEY)
 
-    def _live_deepspeed_engines(self) -> list[tuple[Any, Any]]:
+    def live_engines(self) -> list[tuple[Any, Any]]:
         """``(plugin, engine)`` of every training engine built and not yet freed, in order."""
-        entries = self._shared_state.setdefault(ENGINES_KEY, [])
+        entries = self._record.setdefault(ENGINES_KEY, [])
         entries[:] = [(plugin, ref) for plugin, ref in entries if ref() is not None]
         return [(plugin, ref()) for plugin, ref in entries]
 
-    def _register_deepspeed_engine(self, plugin: Any, engine: Any) -> None:
+    def register_engine(self, plugin: Any, engine: Any) -> None:
         """Record a training engine built with ``plugin``."""
-        self._live_deepspeed_engines()
-        self._shared_state[ENGINES_KEY].append((plugin, weakref.ref(engine)))
+        self.live_engines()
+        self._record[ENGINES_KEY].append((plugin, weakref.ref(engine)))
 
-    def _forget_deepspeed_engine(self, engine: Any) -> None:
+    def forget_engine(self, engine: Any) -> None:
         """Drop ``engine`` from the live training engines (``free_memory``)."""
-        entries = self._shared_state.get(ENGINES_KEY, [])
+        entries = self._record.get(ENGINES_KEY, [])
         entries[:] = [(plugin, ref) for plugin, ref in entries if ref() is not engine]
 
-    def _check_plugin_can_train(self, plugin: Any) -> None:
+    def check_plugin_can_train(self, plugin: Any) -> None:
         """With named plugins, each trains one model: refuse a second training engine.
 
         Raises:
             PreparationError: ``plugin`` already built a live training engine.
         """
-        if not self._shared_state.get(STATE_KEY):
+        if not self.named:
             return
-        if any(owner is plugin for owner, _ in self._live_deepspeed_engines()):
-            name = self._deepspeed_plugin_name(plugin)
+        if any(owner is plugin for owner, _ in self.live_engines()):
+            name = self.name_of(plugin)
             raise PreparationError(
                 f"The DeepSpeed plugin {name!r} (selected now) already trains a model through "
                 "another Accelerator's engine; each named plugin trains one model. Select the "
@@ -196,7 +211,7 @@ class DeepSpeedPluginsMixin:
                 "(name)), or add one to the first Accelerator's deepspeed_plugins."
             )
 
-    def _shared_accumulation_steps(
+    def accumulation_steps(
         self, plugin: Any, accelerator_steps: int, own_engine: Any = None
     ) -> int:
         """The accumulation steps an engine of ``plugin`` gets, given the engines alive.
@@ -210,32 +225,59 @@ class DeepSpeedPluginsMixin:
         from accel.strategies.deepspeed_config import accumulation_steps, plugin_accumulation_steps
 
         live = [
-            (owner, engine)
-            for owner, engine in self._live_deepspeed_engines()
-            if engine is not own_engine
+            (owner, engine) for owner, engine in self.live_engines() if engine is not own_engine
         ]
         if not live:
             return accumulation_steps(plugin, accelerator_steps)
         owner, engine = live[0]
         steps = int(engine.gradient_accumulation_steps())
-        asked = [
-            (
-                f"DeepSpeed plugin {self._deepspeed_plugin_name(plugin)!r}",
-                plugin_accumulation_steps(plugin),
-            )
-        ]
+        asked = [(f"DeepSpeed plugin {self.name_of(plugin)!r}", plugin_accumulation_steps(plugin))]
         if accelerator_steps != 1:
             asked.append(("Accelerator(gradient_accumulation_steps=...)", accelerator_steps))
         for source, value in asked:
             if value is not None and value != steps:
                 raise AcceleratorConfigError(
                     f"{source} asks for gradient_accumulation_steps={value}, but the engine of "
-                    f"plugin {self._deepspeed_plugin_name(owner)!r} already trains with {steps}; "
+                    f"plugin {self.name_of(owner)!r} already trains with {steps}; "
                     "every Accelerator of a process shares one accumulation count "
                     f"(GradientState): set gradient_accumulation_steps={steps} there, or "
                     '"auto" in the DeepSpeed config.'
                 )
         return steps
+
+
+class DeepSpeedPluginsMixin:
+    """``AcceleratorState`` members for named DeepSpeed plugins (Accelerate's names)."""
+
+    _shared_state: ClassVar[dict[str, Any]]
+
+    @property
+    def deepspeed_registry(self) -> DeepSpeedPluginRegistry:
+        """The plugins and live engines of this state, as the DeepSpeed strategy receives them."""
+        return DeepSpeedPluginRegistry(self._shared_state)
+
+    @property
+    def deepspeed_plugins(self) -> Any:
+        """The named plugins (a dict), else the single plugin, else ``None``."""
+        registry = self.deepspeed_registry
+        named = registry.named
+        return named if named is not None else registry.active
+
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        """The plugin registered as ``name``.
+
+        Raises:
+            AcceleratorConfigError: No named plugins, or none called ``name``.
+        """
+        return self.deepspeed_registry.plugin_named(name, "get_deepspeed_plugin")
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Make the plugin ``name`` the one the next ``prepare`` builds its engine with.
+
+        Raises:
+            AcceleratorConfigError: ``name`` is not a registered plugin.
+        """
+        self.deepspeed_registry.select(name)
 
 
 class DeepSpeedAcceleratorMixin:
@@ -247,7 +289,7 @@ class DeepSpeedAcceleratorMixin:
     @property
     def deepspeed_plugin(self) -> Any:
         """The :class:`~accel.DeepSpeedPlugin` in effect (with its resolved config), else ``None``."""
-        return self.state._shared_state.get(ACTIVE_KEY)
+        return self.state.deepspeed_registry.active
 
     @property
     def deepspeed_engine_wrapped(self) -> DeepSpeedEngineWrapper | None:

@@ -1,7 +1,7 @@
 """Settings read from environment variables (Accelerate's ``get_int_from_env`` and its kin).
 
-A module of its own, importing nothing of accel, so that ``accel.accelerator_state`` and
-``accel.small_helpers`` can both hand these out without importing each other.
+A module of its own, importing nothing of accel, so that ``accel.accelerator_state`` and the
+``accel.utils`` doors can all hand these out from one low-level place.
 
 Example:
     >>> from accel.utils import get_int_from_env

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError
+from accel.precision import autocast_dtype
 
 
 def torch_policy(version: int | None, dtypes: Mapping[str, Any]) -> Any:
@@ -31,9 +32,7 @@ def mixed_precision_dtypes(policy: Any, precision: str) -> dict[str, torch.dtype
     """
     if policy is None:
         # fp8 runs its fp8 layers' matmuls in float8 and everything else in bf16 (Accelerate's).
-        compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}.get(
-            precision
-        )
+        compute = autocast_dtype(precision)
         if compute is None:
             return {"param_dtype": None, "reduce_dtype": None, "buffer_dtype": None}
         return {"param_dtype": compute, "reduce_dtype": torch.float32, "buffer_dtype": None}

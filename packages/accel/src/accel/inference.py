@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError
-from accel.small_helpers import convert_bytes
 from accel_ckpt.big_modeling import infer_auto_device_map
 from accel_ckpt.big_modeling.model_helpers import calculate_maximum_sizes
+from accel_ckpt.sizes import convert_bytes
 from accel_ops import copy_tensor_to_devices, ignorant_find_batch_size, send_to_device
 from accel_state import PartialState
 

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from accel.accelerator_state import AcceleratorState, is_initialized, state_reset_error
+from accel.errors import AcceleratorConfigError
 from accel.plugins import GradientAccumulationPlugin
 from accel.precision import Precision
 from accel.strategies.base import ModelStrategy
@@ -172,7 +173,17 @@ class JobFactsMixin:
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
-        GradientAccumulationPlugin(num_steps=steps)  # validates
+        """Set the micro-steps per optimizer step (a whole number of at least 1).
+
+        Raises:
+            AcceleratorConfigError: ``steps`` is not an int of at least 1 (``None`` included).
+        """
+        if steps is None:
+            raise AcceleratorConfigError(
+                "accelerator.gradient_accumulation_steps = None: give a whole number of "
+                "micro-steps per optimizer step, at least 1 (1 turns accumulation off)."
+            )
+        GradientAccumulationPlugin(num_steps=steps)  # validates the value
         self.gradient_state.plugin_kwargs["num_steps"] = steps
 
     @property

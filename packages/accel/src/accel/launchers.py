@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from accel.small_helpers import test_launch
-from accel_launch import debug_launcher, notebook_launcher
+from accel_launch.notebook import debug_launcher, notebook_launcher, test_launch
 from accel_state import PartialState as PartialState
 
 __all__ = ["debug_launcher", "notebook_launcher", "test_launch"]

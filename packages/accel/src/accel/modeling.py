@@ -1,8 +1,19 @@
-"""Model helpers: the mixed-precision forward wrapper and unwrapping through every wrapper layer."""
+"""Model helpers: the mixed-precision forward wrapper and unwrapping through every wrapper layer.
+
+Accelerate's ``extract_model_from_parallel`` and ``is_peft_model`` (``accelerate.utils``) unwrap
+here too.
+
+Example:
+    >>> import torch
+    >>> layer = torch.nn.Linear(2, 2)
+    >>> extract_model_from_parallel(torch.nn.DataParallel(layer)) is layer
+    True
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -135,3 +146,60 @@ def unwrap_model(
     if keep_torch_compile and compiled is not None:
         return _keep_compiled(compiled, model)
     return model
+
+
+def extract_model_from_parallel(
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
+) -> torch.nn.Module:
+    """The user's model inside DDP / DataParallel (and, unless kept, ``torch.compile``) wrappers.
+
+    Args:
+        model: The model to extract.
+        keep_fp32_wrapper: Keep the mixed-precision forward patch.
+        keep_torch_compile: Return it still compiled when it was (Accelerate's default).
+        recursive: Also unwrap wrapped sub-modules, in place.
+    """
+    unwrapped = unwrap_model(
+        model,
+        keep_fp32_wrapper=keep_fp32_wrapper,
+        keep_torch_compile=keep_torch_compile,
+        recursive=recursive,
+    )
+    if not keep_fp32_wrapper:
+        _restore_original_forward(getattr(unwrapped, "_orig_mod", unwrapped))
+    return unwrapped
+
+
+def _restore_original_forward(model: torch.nn.Module) -> None:
+    """Undo a forward wrapped by hand with ``model._original_forward`` recorded (Accelerate's way).
+
+    The wrappers (``functools.wraps`` chains, ``__wrapped__``) are peeled until the recorded
+    forward; the class's own forward is restored by dropping the instance attribute.
+    """
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    forward = model.__dict__.get("forward", original)
+    while hasattr(forward, "__wrapped__") and forward != original:
+        forward = forward.__wrapped__
+    if getattr(forward, "__self__", None) is model and getattr(
+        forward, "__func__", None
+    ) is getattr(type(model), "forward", None):
+        model.__dict__.pop("forward", None)
+    else:
+        model.forward = forward  # type: ignore[method-assign]
+
+
+def is_peft_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (inside DDP / compile wrappers) is a PEFT ``PeftModel``.
+
+    ``False`` when peft is not installed (it is never imported otherwise).
+    """
+    if importlib.util.find_spec("peft") is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(extract_model_from_parallel(model), PeftModel)

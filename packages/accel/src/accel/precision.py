@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -11,6 +13,26 @@ from accel.errors import UnsupportedFeatureError
 from accel.kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from accel.placement import ParameterMoves
 from accel_state import PrecisionType
+
+#: The autocast dtype of each mixed-precision mode: the one map every layer reads. fp8 runs its
+#: fp8 layers' matmuls in float8 and everything else in bfloat16 (Accelerate's rule).
+AUTOCAST_DTYPES: Mapping[PrecisionType, torch.dtype | None] = MappingProxyType(
+    {
+        PrecisionType.NO: None,
+        PrecisionType.FP16: torch.float16,
+        PrecisionType.BF16: torch.bfloat16,
+        PrecisionType.FP8: torch.bfloat16,
+    }
+)
+
+
+def autocast_dtype(mode: PrecisionType | str) -> torch.dtype | None:
+    """The dtype ``mode`` computes in outside fp8 matmuls (``None``: full precision).
+
+    Raises:
+        ValueError: ``mode`` is not a precision mode.
+    """
+    return AUTOCAST_DTYPES[PrecisionType(mode)]
 
 
 class Precision:
@@ -77,14 +99,14 @@ class BF16Precision(Precision):
     """bfloat16 autocast; same exponent range as float32, so no loss scaling."""
 
     mode = PrecisionType.BF16
-    autocast_dtype = torch.bfloat16
+    autocast_dtype = AUTOCAST_DTYPES[PrecisionType.BF16]
 
 
 class FP16Precision(Precision):
     """float16 autocast with a dynamic loss scaler (``torch.amp.GradScaler``)."""
 
     mode = PrecisionType.FP16
-    autocast_dtype = torch.float16
+    autocast_dtype = AUTOCAST_DTYPES[PrecisionType.FP16]
 
     def __init__(self, device: torch.device, scaler_kwargs: GradScalerKwargs | None = None) -> None:
         super().__init__(device)
@@ -174,7 +196,8 @@ def make_precision(
         )
     if precision is PrecisionType.NO:
         return Precision(device)
-    dtype = torch.float16 if precision is PrecisionType.FP16 else torch.bfloat16
+    dtype = AUTOCAST_DTYPES[precision]
+    assert dtype is not None
     if not _autocast_supported(device, dtype):
         raise UnsupportedFeatureError(
             f"mixed_precision={precision.value!r} is not supported by torch {torch.__version__} on "

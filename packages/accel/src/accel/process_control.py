@@ -1,4 +1,8 @@
-"""The Accelerator's process control: collectives, barriers, per-process decorators, triggers."""
+"""The Accelerator's process control: collectives, barriers, per-process decorators, triggers.
+
+Accelerate's module-level :func:`wait_for_everyone` (``accelerate.utils``) is the same barrier
+without an Accelerator.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,15 @@ from accel.fault_tolerance import FaultTolerance
 from accel.job_facts import JobFactsMixin
 from accel.triggers import Trigger
 from accel_ops.records import record as record_collective
+from accel_state import PartialState
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+
+
+def wait_for_everyone() -> None:
+    """Block until every process reaches this call (``PartialState().wait_for_everyone()``)."""
+    PartialState().wait_for_everyone()
 
 
 class ProcessControlMixin(JobFactsMixin):

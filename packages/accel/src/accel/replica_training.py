@@ -33,12 +33,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
 from accel_ckpt.rng_state import capture_rng_states, restore_rng_states
+from accel_ckpt.training_objects import Kind
 from accel_data.shared_position import SharedPositionLoader
 from accel_state import DistributedType, contract
 from accel_state.errors import ReplicaQuorumError
@@ -46,6 +47,9 @@ from accel_state.torchft_api import ReplicaManager, create_replica_manager
 
 #: Pause before a group that has not joined the job yet (see ``_start_step``) asks again.
 JOIN_RETRY_SECONDS = 0.2
+#: What a healing group copies of the training objects; the loaders' positions, the scaler,
+#: counters and RNG travel beside them (see ``healing_state``).
+_HEALED_KINDS: tuple[Kind, ...] = ("model", "optimizer", "scheduler")
 #: What ``save_state`` returns (a folder, or a background save's handle).
 Saved = TypeVar("Saved")
 
@@ -64,8 +68,59 @@ class ReplicaJobFinished(SystemExit):
 
 
 if TYPE_CHECKING:
-    from accel.accelerator import Accelerator
     from accel.optimizer import AcceleratedOptimizer
+    from accel_ckpt import ProjectConfiguration, TrainingObjects
+    from accel_data import DataLoaderConfiguration
+
+
+class TrainingHost(Protocol):
+    """What replica-group training uses of its Accelerator (handed in; never imported)."""
+
+    step: int
+    scaler: Any
+
+    @property
+    def state(self) -> Any:
+        """The ``AcceleratorState`` (its ``partial`` and ``parallelism_config``)."""
+
+    @property
+    def training_objects(self) -> TrainingObjects:
+        """The objects a training state covers (healed from a live group)."""
+
+    @property
+    def project_configuration(self) -> ProjectConfiguration:
+        """Checkpoint naming (its ``iteration`` travels with a heal)."""
+
+    @property
+    def dataloader_config(self) -> DataLoaderConfiguration:
+        """The loaders' settings (``data_seed``)."""
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device."""
+
+    @property
+    def device_placement(self) -> bool:
+        """Whether batches are moved to :attr:`device`."""
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The job's distributed mode."""
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is the job's first process."""
+
+    @property
+    def num_processes(self) -> int:
+        """Processes in this replica group."""
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether the last optimizer step was skipped (fp16 overflow)."""
+
+    def reduce(self, tensor: Any, reduction: Any = "sum", scale: float = 1.0) -> Any:
+        """Reduce ``tensor`` across the group's processes."""
 
 
 @dataclasses.dataclass
@@ -172,7 +227,7 @@ class ReplicaGroupTraining:
         UnsupportedFeatureError: DeepSpeed, or replicas inside the group (``dp_replicate``).
     """
 
-    def __init__(self, plugin: FaultTolerancePlugin, accelerator: Accelerator) -> None:
+    def __init__(self, plugin: FaultTolerancePlugin, accelerator: TrainingHost) -> None:
         _refuse_unsupported(accelerator)
         self.plugin = plugin
         self._accelerator = accelerator
@@ -327,7 +382,7 @@ class ReplicaGroupTraining:
 
     def serves_shared_position(self) -> bool:
         """Training iterations (a prepared model in train mode) take the shared position."""
-        models = self._accelerator._models
+        models = self._accelerator.training_objects.models
         return not models or any(model.training for model in models)
 
     # Loaders and optimizers ------------------------------------------------------------------
@@ -442,9 +497,7 @@ class ReplicaGroupTraining:
         """What a healing group copies from this one (torchft calls it from its thread)."""
         accelerator = self._accelerator
         return {
-            "models": [model.state_dict() for model in accelerator._models],
-            "optimizers": [optimizer.state_dict() for optimizer in accelerator._optimizers],
-            "schedulers": [scheduler.state_dict() for scheduler in accelerator._schedulers],
+            "objects": accelerator.training_objects.state_dict(_HEALED_KINDS),
             "loaders": [loader.position.state_dict() for loader in self._loaders],
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
             "step": accelerator.step,
@@ -455,16 +508,7 @@ class ReplicaGroupTraining:
     def load_healing_state(self, state: dict[str, Any]) -> None:
         """Take over a live group's state (before this group's first step after joining)."""
         accelerator = self._accelerator
-        for model, model_state in zip(accelerator._models, state["models"], strict=True):
-            model.load_state_dict(model_state)
-        for optimizer, optimizer_state in zip(
-            accelerator._optimizers, state["optimizers"], strict=True
-        ):
-            optimizer.load_state_dict(optimizer_state)
-        for scheduler, scheduler_state in zip(
-            accelerator._schedulers, state["schedulers"], strict=True
-        ):
-            scheduler.load_state_dict(scheduler_state)
+        accelerator.training_objects.load_state_dict(state["objects"], _HEALED_KINDS)
         for loader, position in zip(self._loaders, state["loaders"], strict=True):
             loader.position.load_state_dict(position)
         if accelerator.scaler is not None and state["scaler"] is not None:
@@ -474,7 +518,7 @@ class ReplicaGroupTraining:
         restore_rng_states(state["rng"], "the healing copy")
 
 
-def _refuse_unsupported(accelerator: Accelerator) -> None:
+def _refuse_unsupported(accelerator: TrainingHost) -> None:
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         raise UnsupportedFeatureError(
             "DeepSpeed with fault tolerance across replica groups: DeepSpeed's engine owns "

@@ -29,6 +29,7 @@ from accel_ckpt.big_modeling.memory import (
     normalize_device_key,
 )
 from accel_ckpt.big_modeling.offload import (
+    INDEX_NAME,
     OffloadedWeightsLoader,
     offload_state_dict,
     offload_weight,
@@ -38,16 +39,17 @@ from accel_ckpt.big_modeling.offload import (
 from accel_ckpt.big_modeling.planning import (
     check_device_map,
     compute_module_sizes,
-    get_balanced_memory,
-    infer_auto_device_map,
     main_device_of,
 )
+from accel_ckpt.big_modeling.strategies import STRATEGIES as STRATEGIES
+from accel_ckpt.big_modeling.strategies import plan_device_map
 from accel_ckpt.big_modeling.tensors import named_module_tensors
 from accel_ckpt.errors import (
     DeviceMapError,
     DispatchedModelError,
     InsufficientMemoryError,
     StateDictMismatchError,
+    format_keys,
 )
 from accel_ckpt.model_loading import load_checkpoint_in_model
 from accel_ckpt.sizes import format_size
@@ -56,7 +58,6 @@ from accel_ckpt.sizes import format_size
 logger = logging.getLogger("accel.big_modeling")
 
 PathLike = str | os.PathLike[str]
-STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 _GUARDED_METHODS = ("to", "cuda", "cpu", "xpu")
 
 
@@ -322,6 +323,90 @@ def _module_for(model: nn.Module, key: str) -> nn.Module | None:
         return None
 
 
+def _resident_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict without the tensors on ``meta`` (they hold no data to keep)."""
+    return {
+        name: tensor.detach()
+        for name, tensor in model.state_dict().items()
+        if tensor.device.type != "meta"
+    }
+
+
+def _data_device(model: nn.Module) -> torch.device:
+    """Where the model's data is: the first parameter not on ``meta``, else the CPU."""
+    for parameter in model.parameters():
+        if parameter.device.type != "meta":
+            return parameter.device
+    return torch.device(CPU)
+
+
+def _check_offloaded_data(
+    model: nn.Module, caller: str, offload_buffers: bool, held: Iterable[str], where: str, fix: str
+) -> None:
+    """Raise when a tensor on ``meta`` would find no data in the offloaded weights.
+
+    The hooks fill offloaded parameters (and buffers with ``offload_buffers``) from the weights;
+    other buffers are moved as they are, which a ``meta`` buffer cannot be.
+    """
+    available = set(held)
+    missing: dict[str, bool] = {}  # name -> is a buffer left in place
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for table, offloaded in ((module._parameters, True), (module._buffers, offload_buffers)):
+            for leaf, tensor in table.items():
+                if tensor is None or tensor.device.type != "meta":
+                    continue
+                name = f"{prefix}.{leaf}" if prefix else leaf
+                if not offloaded or name not in available:
+                    missing[name] = not offloaded
+    if not missing:
+        return
+    buffers = (
+        " (buffers are only read from there with offload_buffers=True)"
+        if any(missing.values())
+        else ""
+    )
+    raise StateDictMismatchError(
+        f"{caller}: {len(missing)} tensor(s) of {type(model).__name__} are on the meta device (no "
+        f"data) and {where} holds none for them{buffers}: {format_keys(missing)}. Load the "
+        f"model's weights first, or {fix}.",
+        missing_keys=list(missing),
+    )
+
+
+def _offload_whole_model(
+    model: nn.Module,
+    caller: str,
+    execution_device: int | str | torch.device | None,
+    offload_buffers: bool,
+    preload_module_classes: Iterable[str] | None,
+    *,
+    held: Iterable[str],
+    where: str,
+    fix: str,
+    weights: Callable[[], Mapping[str, torch.Tensor]],
+) -> nn.Module:
+    """Hook every module of ``model`` to bring its weights in from ``weights()`` to run.
+
+    The one set-up of :func:`cpu_offload` and :func:`disk_offload`: tensors on ``meta`` must be
+    among ``held`` (checked before ``weights()`` writes anything), and the default execution
+    device is where the model's data is, never ``meta``.
+    """
+    _check_offloaded_data(model, caller, offload_buffers, held, where, fix)
+    device = execution_device if execution_device is not None else _data_device(model)
+    weights_map = weights()
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=weights_map,
+        preload_module_classes=preload_module_classes,
+    )
+    _guard_moves(model)
+    return model
+
+
 def cpu_offload(
     model: nn.Module,
     execution_device: int | str | torch.device | None = None,
@@ -332,8 +417,9 @@ def cpu_offload(
     """Keep the weights in CPU memory and bring each module's to ``execution_device`` to run.
 
     Args:
-        model: The model.
-        execution_device: Where the forward runs (default: where the model's weights are).
+        model: The model; tensors on ``meta`` (no data) must be in ``state_dict``.
+        execution_device: Where the forward runs (default: the device of the first parameter
+            not on ``meta``, else the CPU).
         offload_buffers: Offload buffers too.
         state_dict: The CPU weights (default: the model's state dict, moved to the CPU).
         preload_module_classes: Classes whose sub-module weights load all at once.
@@ -341,23 +427,27 @@ def cpu_offload(
     Returns:
         The hooked model; outputs come back on the device of the inputs.
 
+    Raises:
+        StateDictMismatchError: A tensor is on ``meta`` and ``state_dict`` has no data for it.
+
     """
-    if execution_device is None:
-        first = next(iter(model.parameters()), None)
-        execution_device = first.device if first is not None else torch.device(CPU)
-    if state_dict is None:
-        state_dict = {name: t.detach().to(CPU) for name, t in model.state_dict().items()}
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
+    given = state_dict
+    resident = _resident_state(model) if given is None else {}
+
+    def weights() -> Mapping[str, torch.Tensor]:
+        return given if given is not None else {n: t.to(CPU) for n, t in resident.items()}
+
+    return _offload_whole_model(
         model,
-        execution_device=execution_device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=state_dict,
-        preload_module_classes=preload_module_classes,
+        "cpu_offload",
+        execution_device,
+        offload_buffers,
+        preload_module_classes,
+        held=given if given is not None else resident,
+        where="state_dict",
+        fix="pass state_dict= with their weights",
+        weights=weights,
     )
-    _guard_moves(model)
-    return model
 
 
 def cpu_offload_with_hook(
@@ -388,61 +478,42 @@ def disk_offload(
 ) -> nn.Module:
     """Keep the weights in ``offload_dir`` and read each module's in for its forward.
 
-    The weights are written there first unless the folder already has an ``index.json``.
+    The weights are written there first unless the folder already has an ``index.json``; tensors
+    on ``meta`` (no data) must be in that index.
+
+    Args:
+        model: The model.
+        offload_dir: The folder of the offloaded weights.
+        execution_device: Where the forward runs (default: the device of the first parameter
+            not on ``meta``, else the CPU).
+        offload_buffers: Offload buffers too.
+        preload_module_classes: Classes whose sub-module weights load all at once.
 
     Returns:
         The hooked model; outputs come back on the device of the inputs.
 
+    Raises:
+        StateDictMismatchError: A tensor is on ``meta`` and ``offload_dir`` has no data for it.
+
     """
     folder = Path(offload_dir)
-    if not (folder / "index.json").exists():
-        offload_state_dict(folder, model.state_dict())
-    if execution_device is None:
-        first = next(iter(model.parameters()), None)
-        execution_device = (
-            first.device if first is not None and first.device.type != "meta" else torch.device(CPU)
-        )
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=execution_device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=OffloadedWeightsLoader(save_folder=folder),
-        preload_module_classes=preload_module_classes,
-    )
-    _guard_moves(model)
-    return model
+    written = (folder / INDEX_NAME).exists()
 
+    def weights() -> Mapping[str, torch.Tensor]:
+        if not written:
+            offload_state_dict(folder, _resident_state(model))
+        return OffloadedWeightsLoader(save_folder=folder)
 
-def _plan(
-    model: nn.Module,
-    device_map: str,
-    max_memory: Mapping[object, int | str] | None,
-    no_split_module_classes: list[str] | None,
-    dtype: str | torch.dtype | None,
-    offload_buffers: bool,
-) -> dict[str, DeviceKey]:
-    if device_map not in STRATEGIES:
-        raise DeviceMapError(
-            f"device_map={device_map!r} is not a strategy; use one of {list(STRATEGIES)} or a "
-            "dict of module name -> device."
-        )
-    memory: Mapping[Any, Any] | None = max_memory
-    if device_map != "sequential":
-        memory = get_balanced_memory(
-            model,
-            max_memory=max_memory,
-            no_split_module_classes=no_split_module_classes,
-            dtype=dtype,
-            low_zero=device_map == "balanced_low_0",
-        )
-    return infer_auto_device_map(
+    return _offload_whole_model(
         model,
-        max_memory=memory,
-        no_split_module_classes=no_split_module_classes,
-        dtype=dtype,
-        offload_buffers=offload_buffers,
+        "disk_offload",
+        execution_device,
+        offload_buffers,
+        preload_module_classes,
+        held=read_offload_index(folder) if written else _resident_state(model),
+        where=f"the offload folder ({folder})",
+        fix="pass offload_dir= the folder they were offloaded to",
+        weights=weights,
     )
 
 
@@ -527,15 +598,15 @@ def load_checkpoint_and_dispatch(
 
     """
     planned: dict[str, DeviceKey] | None = None
-    if isinstance(device_map, str):
-        planned = _plan(
-            model, device_map, max_memory, no_split_module_classes, dtype, offload_buffers
+    if device_map is not None:
+        planned = plan_device_map(
+            model,
+            device_map,
+            max_memory=max_memory,
+            no_split_module_classes=no_split_module_classes,
+            dtype=dtype,
+            offload_buffers=offload_buffers,
         )
-    elif device_map is not None:
-        check_device_map(model, device_map, strict_keys=True)
-        planned = {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
-    if planned is not None:
-        check_devices_exist(planned.values())
     if planned is not None and DISK in planned.values() and offload_folder is None:
         total = compute_module_sizes(model, dtype=dtype)[""]
         allowed = sum(v for k, v in get_max_memory(max_memory).items() if k != DISK)

@@ -26,12 +26,8 @@ from torch import nn
 from accel_ckpt.big_modeling.empty_init import init_empty_weights
 from accel_ckpt.big_modeling.hooks import AlignDevicesHook, ModelHook, add_hook_to_module
 from accel_ckpt.big_modeling.memory import CPU, DISK, DeviceKey, normalize_device_key
-from accel_ckpt.big_modeling.planning import (
-    check_device_map,
-    get_balanced_memory,
-    infer_auto_device_map,
-    main_device_of,
-)
+from accel_ckpt.big_modeling.planning import main_device_of
+from accel_ckpt.big_modeling.strategies import plan_device_map
 from accel_ckpt.big_modeling.tensors import find_tied_parameters, named_module_tensors
 from accel_ckpt.dtypes import CustomDtype
 from accel_ckpt.errors import InvalidArgumentError, StateDictMismatchError, format_keys
@@ -45,7 +41,6 @@ logger = logging.getLogger("accel.utils.bnb")
 PathLike = str | os.PathLike[str]
 BNB_INSTALL = "pip install 'accel-ckpt[bnb]' (or pip install bitsandbytes)"
 _COMPUTE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 def _dtype_argument(name: str, value: Any) -> torch.dtype | None:
@@ -466,6 +461,25 @@ class QuantizedOffloadHook(ModelHook):
         return output
 
 
+def _sizing_dtypes(
+    model: nn.Module,
+    config: BnbQuantizationConfig,
+    quantized: set[str],
+    keep_in_fp32: list[str],
+) -> dict[str, Any]:
+    """Per-parameter dtypes the planner sizes with: quantized weights at the quantized size."""
+    special: dict[str, Any] = {}
+    for name, _ in model.named_parameters():
+        owner = name.rpartition(".")[0]
+        if owner in quantized and name.endswith(".weight"):
+            special[name] = config.target_dtype
+        elif any(_matches(name, keep) for keep in keep_in_fp32):
+            special[name] = torch.float32
+        elif config.torch_dtype is not None:
+            special[name] = config.torch_dtype
+    return special
+
+
 def _plan(
     model: nn.Module,
     config: BnbQuantizationConfig,
@@ -475,40 +489,17 @@ def _plan(
     quantized: set[str],
     keep_in_fp32: list[str],
 ) -> dict[str, DeviceKey]:
+    """The device map: everything on the first GPU (else the CPU) for ``None``, else planned."""
     if device_map is None:
         return {"": 0 if torch.cuda.is_available() else CPU}
-    if isinstance(device_map, str):
-        if device_map not in _STRATEGIES:
-            raise InvalidArgumentError(
-                f"device_map={device_map!r} is not a strategy; use one of {list(_STRATEGIES)} or "
-                "a dict of module name -> device."
-            )
-        special: dict[str, Any] = {}
-        for name, _ in model.named_parameters():
-            owner = name.rpartition(".")[0]
-            if owner in quantized and name.endswith(".weight"):
-                special[name] = config.target_dtype
-            elif any(_matches(name, keep) for keep in keep_in_fp32):
-                special[name] = torch.float32
-            elif config.torch_dtype is not None:
-                special[name] = config.torch_dtype
-        memory: Any = max_memory
-        if device_map != "sequential":
-            memory = get_balanced_memory(
-                model,
-                max_memory=max_memory,
-                no_split_module_classes=no_split_module_classes,
-                special_dtypes=special,
-                low_zero=device_map == "balanced_low_0",
-            )
-        return infer_auto_device_map(
-            model,
-            max_memory=memory,
-            no_split_module_classes=no_split_module_classes,
-            special_dtypes=special,
-        )
-    check_device_map(model, device_map)
-    return {k: normalize_device_key(v, f"device_map[{k!r}]") for k, v in device_map.items()}
+    return plan_device_map(
+        model,
+        device_map,
+        max_memory=max_memory,
+        no_split_module_classes=no_split_module_classes,
+        special_dtypes=_sizing_dtypes(model, config, quantized, keep_in_fp32),
+        strict_keys=False,
+    )
 
 
 def get_quantized_model_device_map(
@@ -529,7 +520,8 @@ def get_quantized_model_device_map(
     quantizes on the CPU too, and offloads 4-bit layers where Accelerate refuses).
 
     Raises:
-        InvalidArgumentError: An unknown strategy or a dict naming modules the model lacks.
+        DeviceMapError: (an ``InvalidArgumentError``) An unknown strategy, a dict that leaves
+            tensors unplaced or names an unknown device, or a GPU that is not visible.
     """
     config = bnb_quantization_config
     skip = list(config.skip_modules) if config.skip_modules is not None else None
@@ -587,7 +579,8 @@ def load_and_quantize_model(
 
     Raises:
         InvalidArgumentError: bitsandbytes is missing, a disk plan without ``offload_folder``,
-            an empty model without ``weights_location``, or a bad device map.
+            or an empty model without ``weights_location``; its subclass ``DeviceMapError``
+            for a bad device map or strategy.
         StateDictMismatchError: The checkpoint lacks weights the model needs, or shapes differ.
     """
     del offload_state_dict

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from accel.kwargs_handlers import TorchDynamoPlugin
+from accel.run_config import RunConfig
 from accel_ckpt import ShardedState
 from accel_state import PartialState
 
@@ -30,9 +31,11 @@ class ModelStrategy:
     #: The strategy's engine applies mixed precision itself: the Accelerator does not autocast.
     owns_mixed_precision = False
 
-    def __init__(self, state: PartialState, **settings: Any) -> None:
-        self.state = state
-        self.settings = settings
+    def __init__(self, config: RunConfig) -> None:
+        #: The run configuration this strategy was built from (resolved once, handed down).
+        self.config = config
+        #: The process's facts (rank, device, process group).
+        self.state: PartialState = config.process
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap a model that is already on its device."""

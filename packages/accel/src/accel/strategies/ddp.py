@@ -12,10 +12,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
 from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
 from accel.strategies.ddp_buckets import SteadyBuckets
-from accel_state import PartialState
 from accel_state.group_keeper import GroupHolders
 
 _RELEASE_WATCHDOG_SECONDS = 60.0
@@ -33,9 +33,12 @@ class DDPStrategy(ModelStrategy):
 
     name = "DistributedDataParallel"
 
-    def __init__(self, state: PartialState, **settings: Any) -> None:
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        settings = dict(config.ddp_settings)
         hook_settings = {name: settings.pop(name) for name in COMM_HOOK_FIELDS if name in settings}
-        super().__init__(state, **settings)
+        #: ``DistributedDataParallel`` arguments (the handler's fields but the comm hook's).
+        self.settings = settings
         self.comm_hook = CommHook(**hook_settings)
         self._steady: dict[int, SteadyBuckets] = {}
 

@@ -23,8 +23,10 @@ from typing import Any
 
 import torch
 
+from accel.deepspeed_plugins import DeepSpeedPluginRegistry
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.optimizer import AcceleratedOptimizer
+from accel.run_config import RunConfig
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
 from accel.strategies.build_locks import warn_about_stale_build_locks
@@ -41,7 +43,7 @@ from accel.strategies.deepspeed_plugin import (
     require_deepspeed,
 )
 from accel_ckpt import IncompleteCheckpointError, ShardedState
-from accel_state import GradientState, PartialState
+from accel_state import PartialState
 from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
 
@@ -77,39 +79,42 @@ class DeepSpeedStrategy(ModelStrategy):
     name = "DeepSpeed"
     engine_owns_gradients = True
     owns_mixed_precision = True
-    #: The Accelerator's ``split_batches`` (it sets this): whether ``DummyScheduler``'s
-    #: ``total_num_steps`` is already per process.
-    split_batches = False
 
     @property
     def phases_without_waiting(self) -> frozenset[str]:
         """Data only: the engine's backward and step reduce and gather across processes."""
         return frozenset({"data"})
 
-    def __init__(self, state: PartialState, **settings: Any) -> None:
-        super().__init__(state)
-        from accel.accelerator_state import AcceleratorState
-
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
         require_deepspeed()
         warn_about_stale_build_locks()  # DeepSpeed compiles its ops on first use
-        accelerator_state = AcceleratorState()
-        plugin = accelerator_state.deepspeed_plugin
+        registry = config.deepspeed_plugins
+        if registry is None:
+            raise AcceleratorConfigError(
+                "The DeepSpeed strategy needs the process's DeepSpeed plugin registry "
+                "(RunConfig.deepspeed_plugins); build it through Accelerator(...)."
+            )
+        self.registry = registry
+        plugin = registry.active
         if plugin is None:
-            plugin = DeepSpeedPlugin.from_launch_config(state.contract.deepspeed_config)
-            accelerator_state._shared_state["deepspeed_plugin"] = plugin
+            plugin = DeepSpeedPlugin.from_launch_config(self.state.contract.deepspeed_config)
+            registry.active = plugin
         self.plugin: DeepSpeedPlugin = plugin
-        self.mixed_precision = accelerator_state.mixed_precision.value
-        gradient_state = GradientState()
+        self.mixed_precision = config.mixed_precision.value
+        self.gradient_state = config.gradient_state
         # What this Accelerator asked for; the plugin selected at prepare may set its own.
-        self._requested_steps = gradient_state.num_steps
-        live = accelerator_state._live_deepspeed_engines()
+        self._requested_steps = config.gradient_accumulation_steps
+        live = registry.live_engines()
         try:
-            steps = accelerator_state._shared_accumulation_steps(plugin, self._requested_steps)
+            steps = registry.accumulation_steps(plugin, self._requested_steps)
         except AcceleratorConfigError:
             if live:  # this Accelerator's settings already reached the shared GradientState
-                gradient_state.plugin_kwargs["num_steps"] = live[0][1].gradient_accumulation_steps()
+                self.gradient_state.plugin_kwargs["num_steps"] = live[0][
+                    1
+                ].gradient_accumulation_steps()
             raise
-        gradient_state.plugin_kwargs["num_steps"] = steps
+        self.gradient_state.plugin_kwargs["num_steps"] = steps
         # The training engine that backward drives (Accelerate's deepspeed_engine_wrapped).
         self.engine_wrapped: DeepSpeedEngineWrapper | None = None
         # Inference engines built under another selected plugin (see accel.deepspeed_plugins).
@@ -153,7 +158,7 @@ class DeepSpeedStrategy(ModelStrategy):
                 and not isinstance(obj, DeepSpeedSchedulerWrapper)
             )
         ]
-        selected = _selected_plugin(self.plugin)
+        selected = _selected_plugin(self.registry, self.plugin)
         if self.engine is not None and selected is not self.plugin and not optimizers:
             return self._prepare_inference(prepared, selected)
         if not models:
@@ -177,12 +182,9 @@ class DeepSpeedStrategy(ModelStrategy):
                 "accelerator.state.select_deepspeed_plugin(name)), or prepare a model without an "
                 "optimizer under another selected plugin for inference."
             )
-        from accel.accelerator_state import AcceleratorState
-
-        state = AcceleratorState()
-        state._check_plugin_can_train(selected)
-        steps = state._shared_accumulation_steps(selected, self._requested_steps)
-        GradientState().plugin_kwargs["num_steps"] = steps
+        self.registry.check_plugin_can_train(selected)
+        steps = self.registry.accumulation_steps(selected, self._requested_steps)
+        self.gradient_state.plugin_kwargs["num_steps"] = steps
         result = list(prepared)
         self.plugin = selected
         engine, optimizer, scheduler = self._initialize(
@@ -251,10 +253,10 @@ class DeepSpeedStrategy(ModelStrategy):
         micro = pick(per_process) if per_process else micro_batch
         known = KnownValues(
             micro_batch_size=micro,
-            gradient_accumulation_steps=GradientState().num_steps,
+            gradient_accumulation_steps=self.gradient_state.num_steps,
             mixed_precision=self.mixed_precision,
             world_size=self.state.num_processes,
-            split_batches=self.split_batches,
+            split_batches=self.config.split_batches,
         )
         dummy_optimizer = optimizer if isinstance(optimizer, DummyOptim) else None
         dummy_scheduler = scheduler if isinstance(scheduler, DummyScheduler) else None
@@ -272,10 +274,8 @@ class DeepSpeedStrategy(ModelStrategy):
         _ENGINES.add(engine)
         cast_inputs_for_bf16(engine, config)
         if training:  # inference engines (another plugin) stay out of backward
-            from accel.accelerator_state import AcceleratorState
-
             self.engine_wrapped = DeepSpeedEngineWrapper(engine)
-            AcceleratorState()._register_deepspeed_engine(plugin, engine)
+            self.registry.register_engine(plugin, engine)
         wrapper = (
             None
             if engine_optimizer is None
@@ -290,9 +290,7 @@ class DeepSpeedStrategy(ModelStrategy):
         """
         engine = self.engine
         if engine is not None:
-            from accel.accelerator_state import AcceleratorState
-
-            AcceleratorState()._forget_deepspeed_engine(engine)
+            self.registry.forget_engine(engine)
             engine.destroy()
         self.engine_wrapped = None
         self.inference_engines = []
@@ -309,7 +307,7 @@ class DeepSpeedStrategy(ModelStrategy):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``engine.backward``; on a synchronising micro-step also ``engine.step``."""
         wrapped = self._require_wrapper()
-        wrapped.backward(loss, sync_gradients=GradientState().sync_gradients, **kwargs)
+        wrapped.backward(loss, sync_gradients=self.gradient_state.sync_gradients, **kwargs)
 
     def clip_grad_norm_(
         self, parameters: list[torch.Tensor], max_norm: float, norm_type: float = 2.0
@@ -366,7 +364,9 @@ class DeepSpeedStrategy(ModelStrategy):
         full weights (ZeRO-3 shards gathered) are saved beside it.
         """
         sharded: list[ShardedState] = [
-            InferenceEngineWeights(engine, f"deepspeed_inference_{index}")
+            InferenceEngineWeights(
+                engine, f"deepspeed_inference_{index}", self.state.is_main_process
+            )
             for index, engine in enumerate(self.inference_engines)
         ]
         if self.engine is not None:
@@ -432,16 +432,17 @@ class InferenceEngineWeights:
 
     file = "model.safetensors"
 
-    def __init__(self, engine: Any, name: str) -> None:
+    def __init__(self, engine: Any, name: str, writes: bool) -> None:
         self.engine = engine
         self.name = name
+        self.writes = writes
 
     def save(self, folder: Path) -> None:
         """Gather the weights (every rank) and write them (rank 0)."""
         from safetensors.torch import save_file
 
         weights = gathered_weights(self.engine)
-        if PartialState().is_main_process:
+        if self.writes:
             save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / self.file))
 
     def load(self, folder: Path) -> None:
@@ -533,9 +534,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _selected_plugin(default: DeepSpeedPlugin) -> DeepSpeedPlugin:
-    """The plugin selected on the ``AcceleratorState`` now (several plugins), else ``default``."""
-    from accel.accelerator_state import AcceleratorState
-
-    selected = AcceleratorState._shared_state.get("deepspeed_plugin")
+def _selected_plugin(
+    registry: DeepSpeedPluginRegistry, default: DeepSpeedPlugin
+) -> DeepSpeedPlugin:
+    """The plugin selected in ``registry`` now (several plugins), else ``default``."""
+    selected = registry.active
     return selected if isinstance(selected, DeepSpeedPlugin) else default

@@ -557,7 +557,8 @@ def get_active_deepspeed_plugin(state: Any) -> DeepSpeedPlugin:
     Raises:
         AcceleratorConfigError: The job does not use DeepSpeed.
     """
-    plugin = state._shared_state.get("deepspeed_plugin")
+    registry = getattr(state, "deepspeed_registry", None)
+    plugin = None if registry is None else registry.active
     if not isinstance(plugin, DeepSpeedPlugin):
         raise AcceleratorConfigError(
             "get_active_deepspeed_plugin(): this Accelerator has no DeepSpeed plugin; pass "

@@ -18,9 +18,9 @@ import torch.distributed as dist
 from accel.errors import AcceleratorConfigError
 from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin, mixed_precision_dtypes
 from accel.placement import ParameterMoves, switch_parameters
+from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
 from accel_ckpt import ShardedState
-from accel_state import PartialState
 from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
 
@@ -34,18 +34,20 @@ def clean_name(name: str) -> str:
     return name
 
 
-def resolve_settings(state: PartialState) -> FSDPSettings:
-    """The FSDP settings: the Accelerator's plugin, else the launcher's ``fsdp_config``."""
-    from accel.accelerator_state import AcceleratorState
+def resolve_settings(config: RunConfig) -> FSDPSettings:
+    """The FSDP settings: the run's plugin (as it is now), else the launcher's ``fsdp_config``.
 
-    plugin = AcceleratorState().fsdp_plugin if AcceleratorState().initialized else None
+    Raises:
+        AcceleratorConfigError: The plugin is not a ``FullyShardedDataParallelPlugin``.
+    """
+    plugin = config.fsdp_plugin
     if plugin is None:
         plugin = FullyShardedDataParallelPlugin()
     if not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise AcceleratorConfigError(
             f"fsdp_plugin={plugin!r}: pass an accel.FullyShardedDataParallelPlugin."
         )
-    return plugin.resolved(state.contract.fsdp_config)
+    return plugin.resolved(config.process.contract.fsdp_config)
 
 
 class FSDPStrategy(ModelStrategy):
@@ -66,8 +68,9 @@ class FSDPStrategy(ModelStrategy):
         """Data and the optimizer step: FSDP gathers and scatters in forward and backward."""
         return frozenset({"data", "optimizer"})
 
-    def __init__(self, state: PartialState, **settings: Any) -> None:
-        super().__init__(state)
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        state = config.process
         if not dist.is_available():
             raise AcceleratorConfigError(
                 "FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP) needs torch.distributed, "
@@ -76,7 +79,7 @@ class FSDPStrategy(ModelStrategy):
         # One process without a group (a plain `python script.py`, e.g. resuming a sharded
         # checkpoint on one machine): FSDP runs on a one-process group started here.
         state.ensure_process_group("FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP)")
-        self.fsdp = resolve_settings(state)
+        self.fsdp = resolve_settings(config)
         #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
         #: strategy (``accel.strategies.mesh``) sets its ``dp_shard_cp`` / HSDP mesh here.
         self.mesh: Any = None
@@ -150,10 +153,8 @@ class FSDPStrategy(ModelStrategy):
         return _size_based_units(model, self.fsdp.min_num_params)
 
     def _mixed_precision(self) -> dict[str, torch.dtype | None]:
-        from accel.accelerator_state import AcceleratorState
-
         return mixed_precision_dtypes(
-            self.fsdp.mixed_precision_policy, AcceleratorState().mixed_precision.value
+            self.fsdp.mixed_precision_policy, self.config.mixed_precision.value
         )
 
     def _fully_shard(
@@ -367,7 +368,7 @@ class FSDPStrategy(ModelStrategy):
         states: list[ShardedState] = []
         claimed: set[int] = set()
         # The plugin's type now: set_state_dict_type may have changed it since prepare.
-        full = resolve_settings(self.state).state_dict_type == "FULL_STATE_DICT"
+        full = resolve_settings(self.config).state_dict_type == "FULL_STATE_DICT"
         for model in models:
             if not self._is_sharded(model):
                 plain_models.append(model)

@@ -11,6 +11,7 @@ import torch
 
 from accel.errors import AcceleratorConfigError
 from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin
+from accel.modeling import is_peft_model
 
 PathLike = str | os.PathLike[str]
 
@@ -36,8 +37,6 @@ def adapter_weights_only(adapter_only: bool, model: torch.nn.Module) -> bool:
     written and read, the frozen base weights are not. For any other model it is ignored
     (transformers' Trainer passes ``adapter_only=True`` for every model).
     """
-    from accel.small_helpers import is_peft_model
-
     return bool(adapter_only) and is_peft_model(model)
 
 

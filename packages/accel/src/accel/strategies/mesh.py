@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 from accel.compilation import compile_model
+from accel.errors import AcceleratorConfigError
 from accel.kwargs_handlers import TorchDynamoPlugin
+from accel.run_config import RunConfig
 from accel.strategies import grad_norm
 from accel.strategies.fsdp import (
     FSDPStrategy,
@@ -37,7 +39,6 @@ from accel.strategies.fsdp import (
     clean_name,
 )
 from accel.strategies.tensor_parallel import TensorParallel, is_split
-from accel_state import PartialState
 from accel_state.device_mesh import ParallelMesh
 
 
@@ -45,8 +46,8 @@ class MeshStrategy(FSDPStrategy):
     """Prepares models on a :class:`~accel_state.device_mesh.ParallelMesh` (TP, CP, FSDP2, HSDP).
 
     Args:
-        state: The job's state.
-        parallel_mesh: The meshes of the job's ``ParallelismConfig`` (resolved and built).
+        config: The run configuration; its ``parallel_mesh`` (the ``ParallelismConfig``'s meshes,
+            resolved and built) must be set.
 
     Raises:
         accel.UnsupportedFeatureError: Context parallelism on a device torch cannot run it on.
@@ -55,10 +56,14 @@ class MeshStrategy(FSDPStrategy):
 
     name = "N-D parallel (DeviceMesh)"
 
-    def __init__(
-        self, state: PartialState, *, parallel_mesh: ParallelMesh, **settings: Any
-    ) -> None:
-        super().__init__(state)
+    def __init__(self, run: RunConfig) -> None:
+        if run.parallel_mesh is None:
+            raise AcceleratorConfigError(
+                "MeshStrategy needs RunConfig.parallel_mesh (a ParallelismConfig's meshes); "
+                "pass parallelism_config=ParallelismConfig(...) to the Accelerator."
+            )
+        super().__init__(run)
+        parallel_mesh = run.parallel_mesh
         config = parallel_mesh.config
         self.parallel_mesh = parallel_mesh
         self.tensor_parallel: TensorParallel | None = None
@@ -71,7 +76,7 @@ class MeshStrategy(FSDPStrategy):
         if config.cp_enabled:
             from accel.strategies.context_parallel import check_device
 
-            check_device(state.device, config.size("cp"))
+            check_device(run.device, config.size("cp"))
         if config.shards_parameters:
             self.mesh = parallel_mesh.fsdp_mesh()
 
@@ -88,7 +93,7 @@ class MeshStrategy(FSDPStrategy):
         layers = self._layers(model)
         if self.fsdp.activation_checkpointing:
             _checkpoint_activations(model, layers)
-        plugin = _dynamo_plugin()
+        plugin = self.config.dynamo_plugin
         if plugin is not None and plugin.enabled and plugin.use_regional_compilation:
             compile_model(model, plugin)
         if self.mesh is not None:
@@ -134,13 +139,6 @@ def _enable_async_tp(tp_mesh: Any) -> None:
 
     inductor_config._micro_pipeline_tp = True
     enable_symm_mem_for_group(tp_mesh.get_group().group_name)
-
-
-def _dynamo_plugin() -> TorchDynamoPlugin | None:
-    from accel.accelerator_state import AcceleratorState
-
-    state = AcceleratorState()
-    return state.dynamo_plugin if state.initialized else None  # type: ignore[no-any-return]
 
 
 def needs_mesh_strategy(parallel_mesh: ParallelMesh | None) -> bool:

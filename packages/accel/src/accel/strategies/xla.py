@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
 from accel_ops import xla as xla_ops
-from accel_state import PartialState
 
 
 class XLAStrategy(ModelStrategy):
@@ -22,8 +20,8 @@ class XLAStrategy(ModelStrategy):
 
     name = "XLA"
 
-    def __init__(self, state: PartialState, **settings: Any) -> None:
-        super().__init__(state, **settings)
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
         self._already_reduced: set[int] = set()
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -25,7 +25,7 @@ from accel.kwargs_handlers import (
 from accel.parallelism import TorchTensorParallelPlugin
 from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
-from accel.tracking import LoggerType
+from accel.tracking.base import LoggerType
 from accel.utils.deepspeed import DeepSpeedPlugin
 from accel.utils.megatron_lm import MegatronLMPlugin, add_model_config_to_megatron_parser
 from accel.utils.sagemaker import SageMakerDistributedType

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from accel.amp import get_current_device_type
+from accel.env_files import convert_dict_to_env_variables
 from accel.env_values import (
     get_int_from_env,
     parse_choice_from_env,
@@ -15,18 +16,14 @@ from accel.gpu_info import (
     get_driver_version,
     get_gpu_info,
 )
-from accel.small_helpers import (
-    check_os_kernel,
-    clear_environment,
-    convert_dict_to_env_variables,
-)
+from accel.kernel_check import check_os_kernel
 from accel_launch.affinity import (
     CPUInformation,
     get_cpu_distributed_information,
     override_numa_affinity,
     set_numa_affinity,
 )
-from accel_launch.environment import purge_accelerate_environment
+from accel_launch.environment import clear_environment, purge_accelerate_environment
 from accel_state import patch_environment, str_to_bool
 
 __all__ = [

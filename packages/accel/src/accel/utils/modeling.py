@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from accel.amp import get_grad_scaler, get_mixed_precision_context_manager
 from accel.ckpt_adapters import convert_file_size_to_int, dtype_byte_size, has_offloaded_params
-from accel.small_helpers import extract_model_from_parallel, is_peft_model
+from accel.modeling import extract_model_from_parallel, is_peft_model
 from accel_ckpt.big_modeling.memory import get_max_memory
 from accel_ckpt.big_modeling.model_helpers import (
     align_module_device,

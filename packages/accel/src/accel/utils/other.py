@@ -1,4 +1,7 @@
-"""Accelerate's ``accelerate.utils.other`` module path: a door to :mod:`accel.small_helpers`."""
+"""Accelerate's ``accelerate.utils.other`` module path: a door to the helpers' domain modules.
+
+It re-exports the same objects; replacing one of its names reaches the code that uses it.
+"""
 
 from __future__ import annotations
 
@@ -29,32 +32,23 @@ from accel.env_values import (
 from accel.env_values import (
     parse_flag_from_env as parse_flag_from_env,
 )
-from accel.patch_forwarding import serve_as_door
-from accel.small_helpers import (
+from accel.kernel_check import (
     check_os_kernel as check_os_kernel,
 )
-from accel.small_helpers import (
-    clear_environment as clear_environment,
-)
-from accel.small_helpers import (
-    convert_bytes as convert_bytes,
-)
-from accel.small_helpers import (
+from accel.modeling import (
     extract_model_from_parallel as extract_model_from_parallel,
 )
-from accel.small_helpers import (
-    get_free_port as get_free_port,
-)
-from accel.small_helpers import (
+from accel.naming import (
     get_pretty_name as get_pretty_name,
 )
-from accel.small_helpers import (
+from accel.nested_access import (
     merge_dicts as merge_dicts,
 )
-from accel.small_helpers import (
+from accel.nested_access import (
     recursive_getattr as recursive_getattr,
 )
-from accel.small_helpers import (
+from accel.patch_forwarding import serve_as_door
+from accel.process_control import (
     wait_for_everyone as wait_for_everyone,
 )
 from accel.strategies.compile_regions import (
@@ -84,5 +78,21 @@ from accel_ckpt.big_modeling.model_helpers import (
 from accel_ckpt.pickle_io import (
     TORCH_SAFE_GLOBALS as TORCH_SAFE_GLOBALS,
 )
+from accel_ckpt.sizes import (
+    convert_bytes as convert_bytes,
+)
+from accel_launch.environment import (
+    clear_environment as clear_environment,
+)
+from accel_launch.notebook import (
+    get_free_port as get_free_port,
+)
 
-serve_as_door(__name__, "accel.small_helpers")
+serve_as_door(
+    __name__,
+    "accel.kernel_check",
+    "accel.modeling",
+    "accel.naming",
+    "accel.nested_access",
+    "accel.process_control",
+)

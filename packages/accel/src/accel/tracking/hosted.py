@@ -2,45 +2,23 @@
 
 Their packages are imported when a tracker is created, never when ``accel`` is imported; a
 missing package gives an error naming what to install. The trackers for the other services
-Accelerate knows live in :mod:`accel.service_trackers`.
+Accelerate knows live in :mod:`accel.tracking.services`.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from accel.tracker_base import GeneralTracker
-from accel.tracker_packages import (
-    TRACKER_PACKAGES,
-    missing_package_error,
-    tracker_package_available,
-)
+from accel.tracking.base import GeneralTracker
+from accel.tracking.packages import import_tracker_package
+from accel.tracking.values import scalar, scalars
 
 logger = logging.getLogger(__name__)
-
-
-def _import(name: str) -> ModuleType:
-    if not tracker_package_available(name):
-        raise missing_package_error(name)
-    return importlib.import_module(TRACKER_PACKAGES[name][0])
-
-
-def _scalar(value: Any) -> Any:
-    """A one-element tensor or numpy scalar as a Python number; anything else unchanged."""
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-        try:
-            return value.item()
-        except (ValueError, RuntimeError):
-            return value
-    return value
 
 
 class WandBTracker(GeneralTracker):
@@ -59,7 +37,7 @@ class WandBTracker(GeneralTracker):
     requires_logging_directory = False
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:
-        wandb = _import("wandb")
+        wandb = import_tracker_package("wandb")
         self.run_name = run_name
         self.run = wandb.init(project=run_name, **kwargs)
 
@@ -70,13 +48,11 @@ class WandBTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Add ``values`` to the run's config."""
-        self.run.config.update(
-            {key: _scalar(value) for key, value in values.items()}, allow_val_change=True
-        )
+        self.run.config.update(scalars(values), allow_val_change=True)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """``run.log(values, step=step, **kwargs)``; scalar tensors become numbers."""
-        self.run.log({key: _scalar(value) for key, value in values.items()}, step=step, **kwargs)
+        self.run.log(scalars(values), step=step, **kwargs)
 
     def finish(self) -> None:
         """End the run (an offline run's files are complete afterwards)."""
@@ -112,7 +88,7 @@ class MLflowTracker(GeneralTracker):
         run_name: str | None = None,
         description: str | None = None,
     ) -> None:
-        mlflow = _import("mlflow")
+        mlflow = import_tracker_package("mlflow")
         experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name) or "Default"
         run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
         tags = os.environ.get("MLFLOW_TAGS", tags)
@@ -144,7 +120,7 @@ class MLflowTracker(GeneralTracker):
 
         params: dict[str, Any] = {}
         for key, value in values.items():
-            value = _scalar(value)
+            value = scalar(value)
             if len(str(value)) > MAX_PARAM_VAL_LENGTH:
                 logger.warning(
                     "mlflow: parameter %r is longer than %d characters; not logged.",
@@ -161,7 +137,7 @@ class MLflowTracker(GeneralTracker):
         """Log the numeric values as metrics at ``step``; others are skipped with a warning."""
         metrics: dict[str, float] = {}
         for key, value in values.items():
-            value = _scalar(value)
+            value = scalar(value)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 metrics[key] = value
             else:

@@ -7,14 +7,15 @@ from typing import Any
 from accel.errors import AcceleratorConfigError
 from accel.job_facts import ProcessFacts
 from accel.process_control import ProcessControlMixin
-from accel.tracking import GeneralTracker, tracker_class
+from accel.tracking.base import GeneralTracker
+from accel.tracking.registry import tracker_class
 from accel_state import reset_state
 
 
 class TrackersMixin(ProcessControlMixin):
     """``init_trackers``, ``log``, ``get_tracker`` and ``end_training`` (Accelerate's names).
 
-    The host class provides ``log_with`` (resolved by :func:`accel.tracking.resolve_trackers`).
+    The host class provides ``log_with`` (resolved by :func:`accel.tracking.resolve.resolve_trackers`).
     """
 
     log_with: list[str | GeneralTracker]

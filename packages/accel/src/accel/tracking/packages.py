@@ -1,12 +1,14 @@
-"""Tracker names accel knows, the package each needs, and the errors when one is missing.
+"""Tracker names accel knows a package for, whether it is installed, and importing it.
 
-Shared by :mod:`accel.tracking` (which resolves ``log_with``) and the modules holding the
-trackers for third-party services; imports none of them, nor any tracker package.
+A tracker imports its package when it is created (:func:`import_tracker_package`), never when
+``accel`` is imported; a missing package gives an error naming what to ``pip install``.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+from types import ModuleType
 
 from accel.errors import UnsupportedFeatureError
 
@@ -39,3 +41,14 @@ def missing_package_error(name: str) -> UnsupportedFeatureError:
         f"log_with={name!r} needs the {module} package, which is not installed: "
         f"pip install {install}."
     )
+
+
+def import_tracker_package(name: str) -> ModuleType:
+    """Import the package behind the tracker called ``name``.
+
+    Raises:
+        UnsupportedFeatureError: The package is not installed (the message says what to install).
+    """
+    if not tracker_package_available(name):
+        raise missing_package_error(name)
+    return importlib.import_module(TRACKER_PACKAGES[name][0])

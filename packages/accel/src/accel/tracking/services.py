@@ -12,17 +12,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from accel.hosted_trackers import _import, _scalar
-from accel.tracker_base import GeneralTracker
-
-
-def _scalars(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with one-element tensors and numpy scalars as Python numbers."""
-    return {key: _scalar(value) for key, value in values.items()}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+from accel.tracking.base import GeneralTracker
+from accel.tracking.packages import import_tracker_package
+from accel.tracking.values import is_number, scalars
 
 
 class CometMLTracker(GeneralTracker):
@@ -37,7 +29,7 @@ class CometMLTracker(GeneralTracker):
     requires_logging_directory = False
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:
-        comet_ml = _import("comet_ml")
+        comet_ml = import_tracker_package("comet_ml")
         self.run_name = run_name
         start = getattr(comet_ml, "start", None)
         if start is not None:
@@ -52,14 +44,14 @@ class CometMLTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Record ``values`` as the experiment's parameters."""
-        self.writer.log_parameters(_scalars(values))
+        self.writer.log_parameters(scalars(values))
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Numbers as metrics, text as ``log_other``, dicts of numbers as grouped metrics."""
         if step is not None:
             self.writer.set_step(step)
-        for key, value in _scalars(values).items():
-            if _is_number(value):
+        for key, value in scalars(values).items():
+            if is_number(value):
                 self.writer.log_metric(key, value, step=step, **kwargs)
             elif isinstance(value, str):
                 self.writer.log_other(key, value, **kwargs)
@@ -86,7 +78,7 @@ class AimTracker(GeneralTracker):
     def __init__(
         self, run_name: str, logging_dir: str | os.PathLike[str] | None = ".", **kwargs: Any
     ) -> None:
-        aim = _import("aim")
+        aim = import_tracker_package("aim")
         self.run_name = run_name
         self.writer = aim.Run(repo=str(logging_dir or "."), **kwargs)
         self.writer.name = run_name
@@ -98,11 +90,11 @@ class AimTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Store ``values`` under the run's ``hparams``."""
-        self.writer["hparams"] = _scalars(values)
+        self.writer["hparams"] = scalars(values)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """``run.track(value, name=key, step=step)`` for each value."""
-        for key, value in _scalars(values).items():
+        for key, value in scalars(values).items():
             self.writer.track(value, name=key, step=step, **kwargs)
 
     def finish(self) -> None:
@@ -122,7 +114,7 @@ class ClearMLTracker(GeneralTracker):
     requires_logging_directory = False
 
     def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
-        clearml = _import("clearml")
+        clearml = import_tracker_package("clearml")
         self.run_name = run_name
         current = clearml.Task.current_task()
         self._owns_task = current is None
@@ -140,13 +132,13 @@ class ClearMLTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Connect ``values`` to the task as its configuration."""
-        self.task.connect_configuration(_scalars(values))
+        self.task.connect_configuration(scalars(values))
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Numbers as scalars (``title/series`` names split at the last ``/``), or single values."""
         reporter = self.task.get_logger()
-        for key, value in _scalars(values).items():
-            if not _is_number(value):
+        for key, value in scalars(values).items():
+            if not is_number(value):
                 continue
             if step is None:
                 reporter.report_single_value(name=key, value=value, **kwargs)
@@ -175,7 +167,7 @@ class DVCLiveTracker(GeneralTracker):
     requires_logging_directory = False
 
     def __init__(self, run_name: str | None = None, live: Any = None, **kwargs: Any) -> None:
-        dvclive = _import("dvclive")
+        dvclive = import_tracker_package("dvclive")
         self.run_name = run_name
         self.live = live if live is not None else dvclive.Live(**kwargs)
 
@@ -186,14 +178,14 @@ class DVCLiveTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Record ``values`` as the experiment's parameters."""
-        self.live.log_params(_scalars(values))
+        self.live.log_params(scalars(values))
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Log the numeric values as metrics at ``step``, then advance DVCLive's step."""
         if step is not None:
             self.live.step = step
-        for key, value in _scalars(values).items():
-            if _is_number(value):
+        for key, value in scalars(values).items():
+            if is_number(value):
                 self.live.log_metric(key, value, **kwargs)
         self.live.next_step()
 
@@ -209,7 +201,7 @@ class _ProjectRunTracker(GeneralTracker):
     package = ""
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:
-        self._module = _import(self.package)
+        self._module = import_tracker_package(self.package)
         self.run_name = run_name
         self.run = self._module.init(project=run_name, **kwargs)
 
@@ -220,11 +212,11 @@ class _ProjectRunTracker(GeneralTracker):
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Add ``values`` to the run's config."""
-        self._module.config.update(_scalars(values), allow_val_change=True)
+        self._module.config.update(scalars(values), allow_val_change=True)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """``run.log(values, step=step, **kwargs)``; scalar tensors become numbers."""
-        self.run.log(_scalars(values), step=step, **kwargs)
+        self.run.log(scalars(values), step=step, **kwargs)
 
     def finish(self) -> None:
         """End the run."""

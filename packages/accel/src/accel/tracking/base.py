@@ -1,7 +1,6 @@
-"""The tracker base class and tracker names, shared by every tracker module.
+"""The tracker base class, the tracker names and ``on_main_process``: what every tracker builds on.
 
-:mod:`accel.tracking` re-exports them (Accelerate's module path); the modules holding
-trackers for third-party services build on this one, so none of them imports the other.
+:mod:`accel.tracking` re-exports them (Accelerate's module path).
 """
 
 from __future__ import annotations

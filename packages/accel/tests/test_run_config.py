@@ -1,0 +1,95 @@
+"""Settings resolved once into a frozen RunConfig and handed down (issue: worker side rebuilt)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel import Accelerator, DistributedDataParallelKwargs
+from accel.amp import get_mixed_precision_context_manager
+from accel.fsdp_precision import mixed_precision_dtypes
+from accel.precision import AUTOCAST_DTYPES, autocast_dtype, make_precision
+from accel.run_config import RunConfig
+from accel_state import PrecisionType
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_accelerator_resolves_one_frozen_configuration_and_hands_it_down() -> None:
+    handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+    accelerator = Accelerator(
+        mixed_precision="bf16", cpu=True, gradient_accumulation_steps=3, kwargs_handlers=[handler]
+    )
+    config = accelerator.run_config
+    assert isinstance(config, RunConfig)
+    assert config.mixed_precision is PrecisionType.BF16
+    assert config.gradient_accumulation_steps == 3
+    assert config.gradient_state is accelerator.gradient_state
+    assert config.process is accelerator.state.partial
+    assert dict(config.ddp_settings) == {"find_unused_parameters": True}
+    assert accelerator.strategy.config is config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.mixed_precision = PrecisionType.NO  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.ddp_settings["static_graph"] = True  # type: ignore[index]
+
+
+@pytest.mark.parametrize("mode", ["no", "fp16", "bf16"])
+def test_every_layer_reads_the_one_mode_to_dtype_map(mode: str) -> None:
+    """Precision objects, FSDP's policy and Accelerate's free autocast helper agree per mode."""
+    expected = AUTOCAST_DTYPES[PrecisionType(mode)]
+    assert make_precision(mode, torch.device("cpu")).autocast_dtype == expected
+    assert mixed_precision_dtypes(None, mode)["param_dtype"] == expected
+    Accelerator(mixed_precision=mode, cpu=True)
+    with get_mixed_precision_context_manager(native_amp=True):
+        computed = torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4)).dtype
+    # Without a mixed-precision mode torch's own CPU autocast dtype (bf16) applies, as in Accelerate.
+    assert computed == (expected or torch.get_autocast_dtype("cpu"))
+
+
+def test_fp8_computes_the_rest_in_bf16() -> None:
+    assert autocast_dtype("fp8") is torch.bfloat16
+    assert mixed_precision_dtypes(None, "fp8")["param_dtype"] is torch.bfloat16
+
+
+def _state_reads_module():
+    spec = importlib.util.spec_from_file_location(
+        "state_reads", ROOT / "scripts" / "state_reads.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path) -> None:
+    source = tmp_path / "layer.py"
+    source.write_text(
+        "from accel.accelerator_state import AcceleratorState\n"
+        "def mode():\n"
+        "    return AcceleratorState().mixed_precision\n"
+        "def count(state):\n"
+        "    return state._shared_state['x']\n"
+        "def ok(config):\n"
+        "    return config.mixed_precision\n"
+    )
+    found = _state_reads_module().state_reads(source)
+    assert found == [(3, "AcceleratorState()"), (5, "._shared_state")]
+
+
+def test_no_layer_of_accel_reads_the_process_wide_state() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "state_reads.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout
+    assert "outside the state modules: 0" in result.stdout
