@@ -423,3 +423,30 @@ def test_cpu_offload_executes_on_gpu(trained: tuple[TinyLM, torch.Tensor, torch.
         output = model(ids)
     assert output.device.type == "cpu"
     torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["cpu", "disk"])
+def test_offloading_buffers_keeps_non_persistent_ones_on_the_execution_device(
+    kind: str, tmp_path: Path, trained: tuple[TinyLM, torch.Tensor, torch.Tensor]
+) -> None:
+    """``offload_buffers=True`` offloads the buffers a state dict holds, not the others.
+
+    TinyLM's ``scale`` is non-persistent: no weights file holds it, so (as in Accelerate) it stays
+    on the execution device while persistent tensors are brought in for each forward.
+    """
+    reference, ids, expected = trained
+    model = TinyLM().eval()
+    model.load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        model.scale.mul_(2.0)  # a value no state dict could restore
+        doubled = model(ids)
+    assert not torch.equal(doubled, expected)
+    if kind == "cpu":
+        cpu_offload(model, execution_device="cpu", offload_buffers=True)
+    else:
+        disk_offload(model, tmp_path / "offload", execution_device="cpu", offload_buffers=True)
+    assert model.scale.device.type == "cpu"
+    assert model.embed.weight.device.type == "meta"
+    with torch.no_grad():
+        assert torch.equal(model(ids), doubled)
+        assert torch.equal(model(ids), doubled)  # the second forward finds the same weights

@@ -216,8 +216,15 @@ class AlignDevicesHook(ModelHook):
         self.original_devices = {
             name: tensor.device for name, tensor in named_module_tensors(module, recurse=recurse)
         }
+        # Buffers a state dict leaves out (non-persistent) are never offloaded, even with
+        # offload_buffers: no weights file holds them. They go to the execution device instead.
         tensors = list(
-            named_module_tensors(module, include_buffers=self.offload_buffers, recurse=recurse)
+            named_module_tensors(
+                module,
+                include_buffers=self.offload_buffers,
+                recurse=recurse,
+                remove_non_persistent=True,
+            )
         )
         self.param_original_devices = {name: t.device for name, t in tensors}
         if self.weights_map is None:
@@ -225,10 +232,12 @@ class AlignDevicesHook(ModelHook):
         for name, _ in tensors:
             set_module_tensor_to_device(module, name, "meta")
         self.offloaded = [name for name, _ in tensors]
-        if not self.offload_buffers and self.execution_device is not None:
+        if self.execution_device is not None:
+            offloaded = set(self.offloaded)
             for name, buffer in module.named_buffers(recurse=recurse):
-                self.buffer_original_devices[name] = buffer.device
-                set_module_tensor_to_device(module, name, self.execution_device)
+                if name not in offloaded:
+                    self.buffer_original_devices[name] = buffer.device
+                    set_module_tensor_to_device(module, name, self.execution_device)
         return module
 
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
