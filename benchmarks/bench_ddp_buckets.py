@@ -18,7 +18,7 @@ import torch
 from bench_accelerator import BATCH, CLASSES, FEATURES, make_model  # the same MLP as that benchmark
 from torch.nn.parallel import DistributedDataParallel
 
-from accel.strategies.ddp_buckets import SteadyBuckets
+from accel.strategies.ddp.buckets import SteadyBuckets
 from accel_state import PartialState
 from accel_state.testing import spawn_workers
 

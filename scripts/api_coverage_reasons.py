@@ -15,16 +15,16 @@ from __future__ import annotations
 
 _ND = (
     "internal to Accelerate's N-D parallelism (ParallelismConfig, TP/CP on a device mesh is in "
-    "accel: accel_state.parallelism_config, accel/strategies/mesh.py) or its Ulysses sequence "
+    "accel: accel_state.parallelism_config, accel/strategies/mesh/strategy.py) or its Ulysses sequence "
     "parallelism, which accel refuses (DeepSpeed's ALST needs transformers models)"
 )
 _FSDP = (
     "an internal FSDP helper of Accelerate; accel's FSDP strategy does this inside prepare, "
-    "save_state/load_state and `accel merge-weights` (accel/strategies/fsdp.py)"
+    "save_state/load_state and `accel merge-weights` (accel/strategies/fsdp/strategy.py)"
 )
 _DEEPSPEED = (
     "an internal DeepSpeed helper of Accelerate (or Ulysses sequence parallelism, not a target); "
-    "accel's DeepSpeed strategy drives the engine itself (accel/strategies/deepspeed.py)"
+    "accel's DeepSpeed strategy drives the engine itself (accel/strategies/deepspeed/strategy.py)"
 )
 _BIG_MODEL = (
     "a lower-level big-model helper of Accelerate that accel's big-model API "

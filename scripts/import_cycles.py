@@ -6,7 +6,9 @@ under ``if TYPE_CHECKING:`` (types only, never executed). A module importing its
 modules by design. Prints each cycle (a strongly connected group of modules) and exits 1 when
 there is one.
 
-The same run keeps Accelerate's module paths doors: the modules of :data:`DOORS` only re-export,
+The same run keeps the backend folders of ``accel.strategies`` apart (:data:`BACKENDS`; the
+allowed edges are listed with their reason in :data:`BACKEND_EDGES`), and keeps Accelerate's
+module paths doors: the modules of :data:`DOORS` only re-export,
 and nothing outside them imports one of them (the one-way direction holds inside ``accel`` as it
 does between packages). Each import into a door from elsewhere is printed with its file and line,
 and the run exits 1::
@@ -156,8 +158,37 @@ def door_imports(modules: dict[str, Path]) -> list[tuple[str, int, str]]:
     return sorted(found)
 
 
+#: accel's backend folders: each holds one strategy with its plugin, settings and I/O. None
+#: imports another; what two share lives below them (``accel.strategies.base`` and siblings).
+BACKENDS = ("ddp", "deepspeed", "fsdp", "mesh", "xla")
+#: The allowed edges between backend folders, with the reason.
+BACKEND_EDGES = {
+    ("mesh", "fsdp"): "the N-D strategy is FSDP2 on a mesh: MeshStrategy extends FSDPStrategy",
+}
+
+
+def _backend(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[:2] == ["accel", "strategies"] and len(parts) > 2 and parts[2] in BACKENDS:
+        return parts[2]
+    return None
+
+
+def backend_crossings(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """``(module, imported)`` for each import from one backend folder into another."""
+    found = []
+    for name, targets in graph.items():
+        source = _backend(name)
+        for target in targets:
+            destination = _backend(target)
+            crosses = source and destination and source != destination
+            if crosses and (source, destination) not in BACKEND_EDGES:
+                found.append((name, target))
+    return sorted(found)
+
+
 def main() -> int:
-    """Print the cycles and the imports into doors; 0 when there are none."""
+    """Print the cycles, imports into doors and between backends; 0 when there are none."""
     modules = module_files()
     found = cycles(import_graph(modules))
     for group in found:
@@ -167,7 +198,11 @@ def main() -> int:
     for where, line, door in into_doors:
         print(f"{where}:{line}: imports {door}, a re-export door; import from its domain module")
     print(f"imports into doors from outside them: {len(into_doors)}")
-    return 1 if found or into_doors else 0
+    crossings = backend_crossings(import_graph(modules))
+    for name, target in crossings:
+        print(f"{name} imports {target}: backend folders do not import each other")
+    print(f"imports between backend folders: {len(crossings)}")
+    return 1 if found or into_doors or crossings else 0
 
 
 if __name__ == "__main__":

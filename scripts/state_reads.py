@@ -20,7 +20,7 @@ SOURCE = ROOT / "packages" / "accel" / "src"
 #: Modules that may read the process-wide state, and why.
 ALLOWED = {
     "accel.accelerator_state": "the state module: builds AcceleratorState over its record",
-    "accel.deepspeed_plugins": "AcceleratorState's DeepSpeed members: owns the plugin registry",
+    "accel.strategies.deepspeed.named_plugins": "AcceleratorState's DeepSpeed members: owns the plugin registry",
     "accel.accelerator": "resolves the state once into the RunConfig it hands down",
     "accel.optimizer": "Accelerate's AcceleratedOptimizer, also built standalone by scripts",
     "accel.scheduler": "Accelerate's AcceleratedScheduler, also built standalone by scripts",

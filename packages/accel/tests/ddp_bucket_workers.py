@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from accel.strategies.ddp_buckets import SteadyBuckets
+from accel.strategies.ddp.buckets import SteadyBuckets
 from accel_state import PartialState
 
 STEPS = 8

@@ -110,7 +110,7 @@ def accelerator_for(strategy: str, precision: str, **kwargs: Any) -> Accelerator
 
 def layer_kinds(model: torch.nn.Module) -> dict[str, str]:
     """Class name of every linear-like layer, by name (wrapper prefixes removed)."""
-    from accel.strategies.fsdp import clean_name
+    from accel.strategies.fsdp.strategy import clean_name
 
     return {
         clean_name(name).removeprefix("module."): type(module).__name__

@@ -136,7 +136,7 @@ def _adapter_only(folder: str) -> dict[str, Any]:
     A partly frozen model stands in for a PEFT one here (peft is not installed for these
     tests): its trainable-only state is written and read by FSDPModelState(trainable_only=True).
     """
-    from accel.strategies.fsdp_checkpoint import FSDPModelState
+    from accel.strategies.fsdp.checkpoint import FSDPModelState
 
     out: dict[str, Any] = {}
     for kind in ("SHARDED_STATE_DICT", "FULL_STATE_DICT"):

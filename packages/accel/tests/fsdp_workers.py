@@ -246,7 +246,7 @@ def launched_script_losses(size: int, steps: int) -> dict[str, Any]:
     """Body of the script started by ``accel launch``: FSDP from the launcher's settings only."""
     accelerator = Accelerator()
     result = _strip(train(accelerator, steps, size))
-    from accel.strategies.fsdp import FSDPStrategy
+    from accel.strategies.fsdp.strategy import FSDPStrategy
 
     strategy = accelerator.strategy
     assert isinstance(strategy, FSDPStrategy)

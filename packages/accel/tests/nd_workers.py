@@ -161,7 +161,7 @@ def fractions(model: torch.nn.Module) -> dict[str, float]:
     """Each parameter's local share of its full size on this rank."""
     from torch.distributed.tensor import DTensor
 
-    from accel.strategies.fsdp import clean_name  # without activation-checkpoint wrappers
+    from accel.strategies.fsdp.strategy import clean_name  # without activation-checkpoint wrappers
 
     out = {}
     model = getattr(model, "module", model)  # inside DDP
@@ -291,7 +291,7 @@ def split_by_its_library() -> dict[str, Any]:
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from accel.strategies.tensor_parallel import resolve_plan
+    from accel.strategies.mesh.tensor_parallel import resolve_plan
 
     accelerator = fresh(ParallelismConfig(tp_size=4))
     model = make_model()

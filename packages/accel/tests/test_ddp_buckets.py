@@ -1,4 +1,4 @@
-"""DDP's buckets kept across a resume (``accel.strategies.ddp_buckets``), on 3 and 4 gloo ranks.
+"""DDP's buckets kept across a resume (``accel.strategies.ddp.buckets``), on 3 and 4 gloo ranks.
 
 The everyday script's resume at 2, 3 and 4 processes is in ``test_everyday_matrix.py``; here the
 hook alone: the same sum as DDP's own, and an exact resume only when the saved layout is used.

@@ -22,7 +22,7 @@ import torch
 from launched_jobs import Jobs, finish, run_waves, start
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
-from accel.strategies.deepspeed_config import KnownValues, accumulation_steps, resolve_config
+from accel.strategies.deepspeed.config import KnownValues, accumulation_steps, resolve_config
 from accel.utils.deepspeed import DeepSpeedPlugin, import_deepspeed
 from accel_state.contract import LaunchContract
 
@@ -352,7 +352,7 @@ def test_bf16_engine_takes_float32_batches(jobs: dict[str, dict[str, Any]]) -> N
 def test_bf16_input_cast_reaches_nested_floats_only() -> None:
     import collections
 
-    from accel.strategies.deepspeed_inputs import to_bf16
+    from accel.strategies.deepspeed.inputs import to_bf16
 
     Pair = collections.namedtuple("Pair", "features ids")
     batch = {

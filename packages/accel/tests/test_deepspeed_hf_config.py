@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
-from accel.strategies.deepspeed_config import KnownValues, resolve_config, zero_stage_of
+from accel.strategies.deepspeed.config import KnownValues, resolve_config, zero_stage_of
 from accel.utils.deepspeed import DeepSpeedPlugin, HfDeepSpeedConfig
 from accel_state import PrecisionType
 

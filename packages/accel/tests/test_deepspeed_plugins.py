@@ -18,17 +18,17 @@ from launched_jobs import Jobs, run_waves
 
 import accel.utils.deepspeed
 from accel import Accelerator
-from accel.deepspeed_plugins import (
-    one_deepspeed_argument,
-    refuse_plugins_for_existing_state,
-    split_deepspeed_plugins,
-)
 from accel.errors import AcceleratorConfigError
-from accel.strategies.deepspeed_config import (
+from accel.strategies.deepspeed.config import (
     KnownValues,
     accumulation_steps,
     plugin_accumulation_steps,
     resolve_config,
+)
+from accel.strategies.deepspeed.named_plugins import (
+    one_deepspeed_argument,
+    refuse_plugins_for_existing_state,
+    split_deepspeed_plugins,
 )
 from accel.utils import DeepSpeedEngineWrapper
 from accel.utils.deepspeed import DeepSpeedPlugin
@@ -110,7 +110,7 @@ def test_engine_wrapper_exists_only_under_deepspeed() -> None:
         accelerator.deepspeed_engine_wrapped = None
     assert accelerator.deepspeed_plugin is None
     # Defined in the DeepSpeed strategy's domain; Accelerate's path is a door to it.
-    assert DeepSpeedEngineWrapper.__module__ == "accel.strategies.deepspeed_plugin"
+    assert DeepSpeedEngineWrapper.__module__ == "accel.strategies.deepspeed.plugin"
     assert accel.utils.deepspeed.DeepSpeedEngineWrapper is DeepSpeedEngineWrapper
 
 

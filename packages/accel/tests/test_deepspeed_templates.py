@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from accel.errors import AcceleratorConfigError
-from accel.strategies.deepspeed_config import KnownValues, model_hidden_size, resolve_config
+from accel.strategies.deepspeed.config import KnownValues, model_hidden_size, resolve_config
 from accel.utils.deepspeed import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
 TEMPLATES = Path(__file__).resolve().parent / "data" / "deepspeed_templates"

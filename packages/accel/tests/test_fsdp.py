@@ -158,7 +158,7 @@ def test_world_size_one_fsdp_on_cuda():
 def test_sharded_checkpoints_without_numpy_name_the_install(monkeypatch, tmp_path):
     # torch.distributed.checkpoint's object collectives fail deep inside with "Numpy is not
     # available" on a plain install; the error comes first and names the fix.
-    from accel.strategies.fsdp_checkpoint import FSDPModelState
+    from accel.strategies.fsdp.checkpoint import FSDPModelState
 
     monkeypatch.setitem(sys.modules, "numpy", None)  # the environment: numpy not installed
     state = FSDPModelState("fsdp_model_0", torch.nn.Linear(2, 2), [])

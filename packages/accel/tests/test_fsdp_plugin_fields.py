@@ -16,7 +16,7 @@ from torch.distributed.fsdp import (
 )
 
 from accel import AcceleratorConfigError, FullyShardedDataParallelPlugin
-from accel.strategies.fsdp import _checkpoint_activations, initialize_meta_modules
+from accel.strategies.fsdp.strategy import _checkpoint_activations, initialize_meta_modules
 from accel_state.testing import spawn_workers
 
 SIZE, STEPS = 8, 3

@@ -153,7 +153,7 @@ def test_a_policy_function_is_accepted_and_asked_like_torch_asks_it():
     from fsdp_workers import Block, make_model
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    from accel.strategies.fsdp import _policy_units
+    from accel.strategies.fsdp.strategy import _policy_units
 
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
     settings = FullyShardedDataParallelPlugin(auto_wrap_policy=policy).resolved()

@@ -29,7 +29,7 @@ from accel import (
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
-from accel.strategies.tensor_parallel import parse_style, resolve_plan
+from accel.strategies.mesh.tensor_parallel import parse_style, resolve_plan
 from accel_state import ParallelismConfigError
 from accel_state.testing import spawn_workers
 

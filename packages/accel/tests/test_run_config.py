@@ -7,15 +7,16 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from accel import Accelerator, DistributedDataParallelKwargs
 from accel.amp import get_mixed_precision_context_manager
-from accel.fsdp_precision import mixed_precision_dtypes
 from accel.precision import AUTOCAST_DTYPES, autocast_dtype, make_precision
 from accel.run_config import RunConfig
+from accel.strategies.fsdp.precision import mixed_precision_dtypes
 from accel_state import PrecisionType
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,10 +59,9 @@ def test_fp8_computes_the_rest_in_bf16() -> None:
     assert mixed_precision_dtypes(None, "fp8")["param_dtype"] is torch.bfloat16
 
 
-def _state_reads_module():
-    spec = importlib.util.spec_from_file_location(
-        "state_reads", ROOT / "scripts" / "state_reads.py"
-    )
+def _script(name: str) -> Any:
+    """A module of the repository's ``scripts`` folder."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -79,7 +79,7 @@ def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path) -> None:
         "def ok(config):\n"
         "    return config.mixed_precision\n"
     )
-    found = _state_reads_module().state_reads(source)
+    found = _script("state_reads").state_reads(source)
     assert found == [(3, "AcceleratorState()"), (5, "._shared_state")]
 
 
@@ -93,3 +93,15 @@ def test_no_layer_of_accel_reads_the_process_wide_state() -> None:
     )
     assert result.returncode == 0, result.stdout
     assert "outside the state modules: 0" in result.stdout
+
+
+def test_the_lint_rule_finds_imports_between_backend_folders() -> None:
+    graph = {
+        "accel.strategies.ddp.strategy": {"accel.strategies.base"},
+        "accel.strategies.fsdp.strategy": {"accel.strategies.ddp.buckets"},
+        "accel.strategies.mesh.strategy": {"accel.strategies.fsdp.strategy"},
+        "accel.strategies.deepspeed.plugin": {"accel.strategies.deepspeed.config"},
+    }
+    crossings = _script("import_cycles").backend_crossings(graph)
+    # mesh -> fsdp is the one allowed edge (listed with its reason); inside a folder is fine.
+    assert crossings == [("accel.strategies.fsdp.strategy", "accel.strategies.ddp.buckets")]

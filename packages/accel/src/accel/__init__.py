@@ -36,8 +36,8 @@ _EXPORTS = {
     "is_rich_available": "accel.availability",
     "GradientAccumulationPlugin": "accel.plugins",
     "FaultTolerancePlugin": "accel.replica_training",
-    "DeepSpeedPlugin": "accel.strategies.deepspeed_plugin",
-    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
+    "DeepSpeedPlugin": "accel.strategies.deepspeed.plugin",
+    "FullyShardedDataParallelPlugin": "accel.strategies.fsdp.plugin",
     "ParallelismConfig": "accel_state",
     "TorchTensorParallelConfig": "accel_state",
     "TorchContextParallelConfig": "accel_state",
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
     from accel.errors import AliasError as AliasError
     from accel.errors import PreparationError as PreparationError
     from accel.errors import UnsupportedFeatureError as UnsupportedFeatureError
-    from accel.fsdp_plugin import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accel.inference import prepare_pippy as prepare_pippy
     from accel.kwargs_handlers import AutocastKwargs as AutocastKwargs
     from accel.kwargs_handlers import DDPCommunicationHookType as DDPCommunicationHookType
@@ -104,7 +103,10 @@ if TYPE_CHECKING:
     from accel.profiling import ProfileKwargs as ProfileKwargs
     from accel.replica_training import FaultTolerancePlugin as FaultTolerancePlugin
     from accel.scheduler import AcceleratedScheduler as AcceleratedScheduler
-    from accel.strategies.deepspeed_plugin import DeepSpeedPlugin as DeepSpeedPlugin
+    from accel.strategies.deepspeed.plugin import DeepSpeedPlugin as DeepSpeedPlugin
+    from accel.strategies.fsdp.plugin import (
+        FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
+    )
     from accel.tracking.base import GeneralTracker as GeneralTracker
     from accel.tracking.base import LoggerType as LoggerType
     from accel_ckpt import ProjectConfiguration as ProjectConfiguration

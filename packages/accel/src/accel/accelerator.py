@@ -14,7 +14,6 @@ import torch
 from accel.accelerator_state import AcceleratorState, state_reset_error
 from accel.availability import is_bitsandbytes_multi_backend_available, is_xpu_available
 from accel.checkpointing import CheckpointingMixin, make_project_configuration
-from accel.deepspeed_plugins import DeepSpeedAcceleratorMixin, one_deepspeed_argument
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
@@ -39,6 +38,10 @@ from accel.replica_training import FaultTolerancePlugin, ReplicaGroupTraining
 from accel.run_config import RunConfig
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies import make_strategy
+from accel.strategies.deepspeed.named_plugins import (
+    DeepSpeedAcceleratorMixin,
+    one_deepspeed_argument,
+)
 from accel.tracking.accelerator_mixin import TrackersMixin
 from accel.tracking.base import GeneralTracker
 from accel.tracking.resolve import filter_trackers, resolve_trackers
@@ -103,7 +106,7 @@ class Accelerator(
             ``"mlflow"``, ``"all"``, ``GeneralTracker`` instances, or a list of those (see
             :mod:`accel.tracking`).
         deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin`, or a dict of named plugins (first
-            selected; see :mod:`accel.deepspeed_plugins`); default: the launcher's settings.
+            selected; see :mod:`accel.strategies.deepspeed.named_plugins`); default: the launcher's settings.
         fsdp_plugin: FSDP settings (arrive with the FSDP strategy).
         even_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.
         dispatch_batches: Shortcut for the ``DataLoaderConfiguration`` field of that name.

@@ -7,14 +7,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from accel.deepspeed_plugins import (
+from accel.env_values import get_int_from_env
+from accel.errors import AcceleratorConfigError, StateResetError, UnsupportedFeatureError
+from accel.kwargs_handlers import TorchDynamoPlugin
+from accel.strategies.deepspeed.named_plugins import (
     DeepSpeedPluginsMixin,
     refuse_plugins_for_existing_state,
     split_deepspeed_plugins,
 )
-from accel.env_values import get_int_from_env
-from accel.errors import AcceleratorConfigError, StateResetError, UnsupportedFeatureError
-from accel.kwargs_handlers import TorchDynamoPlugin
 from accel_state import (
     DistributedType,
     GradientState,
@@ -58,7 +58,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
         cpu: Force the CPU.
         dynamo_plugin: ``torch.compile`` settings.
         deepspeed_plugin: A :class:`~accel.DeepSpeedPlugin` (ZeRO settings), or a dict of named
-            plugins (the first is selected; see :mod:`accel.deepspeed_plugins`).
+            plugins (the first is selected; see :mod:`accel.strategies.deepspeed.named_plugins`).
         fsdp_plugin: A :class:`~accel.FullyShardedDataParallelPlugin`; without one, a job
             launched with FSDP gets one made from the launcher's settings.
         backend: Communication backend for the process group.
@@ -170,7 +170,7 @@ class AcceleratorState(DeepSpeedPluginsMixin):
         """The FSDP version a job of type FSDP would use (plugin, else launcher, else 2)."""
         if self.distributed_type is not DistributedType.FSDP:
             return 2
-        from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+        from accel.strategies.fsdp.plugin import FullyShardedDataParallelPlugin
 
         plugin = self._shared_state.get("fsdp_plugin")
         if not isinstance(plugin, FullyShardedDataParallelPlugin):
@@ -324,7 +324,7 @@ def _launcher_plugins(
     Raises:
         AcceleratorConfigError: The FSDP settings are invalid.
     """
-    from accel.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel.strategies.fsdp.plugin import FullyShardedDataParallelPlugin
 
     contract = partial.contract
     launched = partial.distributed_type
@@ -333,7 +333,7 @@ def _launcher_plugins(
     elif fsdp_plugin is None and deepspeed_plugin is None and launched is DistributedType.FSDP:
         fsdp_plugin = FullyShardedDataParallelPlugin.from_launcher(contract.fsdp_config)
     if deepspeed_plugin is None and fsdp_plugin is None and launched is DistributedType.DEEPSPEED:
-        from accel.strategies.deepspeed_plugin import DeepSpeedPlugin
+        from accel.strategies.deepspeed.plugin import DeepSpeedPlugin
 
         deepspeed_plugin = DeepSpeedPlugin.from_launch_config(contract.deepspeed_config)
     return fsdp_plugin, deepspeed_plugin

@@ -273,7 +273,7 @@ class CheckpointingMixin(JobFactsMixin):
             folder = None
             if models and not sharded:
                 # Models saved sharded (FSDP, a mesh) load into whole models too.
-                from accel.strategies.saved_shards import adopt_saved_shards
+                from accel.strategies.fsdp.saved_shards import adopt_saved_shards
                 from accel_ckpt import wait_for_pending_saves
                 from accel_ckpt.state_reader import resolve_input_dir
 

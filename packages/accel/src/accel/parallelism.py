@@ -4,7 +4,7 @@
 refuses what cannot run (with the reason), and :func:`build_parallel_mesh` fits the degrees to
 the job, builds the meshes on every rank and makes them the job's active mesh, which the data path
 follows. Applying tensor/context parallelism and FSDP2 to models is the mesh strategy's job
-(:mod:`accel.strategies.mesh`).
+(:mod:`accel.strategies.mesh.strategy`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def check_supported(
             "setting to train with DDP, or set dp_shard_size > 1 for HSDP."
         )
     if config.cp_enabled:
-        from accel.strategies.context_parallel import check_device
+        from accel.strategies.mesh.context_parallel import check_device
 
         check_device(device, config.size("cp"))
     handler = config.tp_handler

@@ -41,7 +41,7 @@ class ParallelismMixin:
     @property
     def is_composable_parallelism_enabled(self) -> bool:
         """Whether models are prepared the composable way: FSDP2 and/or DTensor TP/CP on a mesh."""
-        from accel.strategies.fsdp import FSDPStrategy
+        from accel.strategies.fsdp.strategy import FSDPStrategy
 
         strategy = self.strategy
         return isinstance(strategy, FSDPStrategy) and strategy.fsdp.fsdp_version == 2
@@ -122,7 +122,7 @@ class ParallelismMixin:
         if config is None or mesh is None or not config.cp_enabled:
             yield
             return
-        from accel.strategies.context_parallel import context_parallel_block
+        from accel.strategies.mesh.context_parallel import context_parallel_block
 
         handler = config.cp_handler
         strategy = "allgather" if handler is None else str(handler.cp_comm_strategy)

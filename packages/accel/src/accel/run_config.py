@@ -22,8 +22,8 @@ from accel_state import DistributedType, GradientState, PartialState, PrecisionT
 from accel_state.device_mesh import ParallelMesh
 
 if TYPE_CHECKING:
-    from accel.deepspeed_plugins import DeepSpeedPluginRegistry
     from accel.kwargs_handlers import TorchDynamoPlugin
+    from accel.strategies.deepspeed.named_plugins import DeepSpeedPluginRegistry
 
 
 @dataclasses.dataclass(frozen=True)

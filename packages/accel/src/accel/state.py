@@ -9,15 +9,6 @@ from accel.accelerator_state import (
 from accel.accelerator_state import (
     state_reset_error as state_reset_error,
 )
-from accel.deepspeed_plugins import (
-    DeepSpeedPluginsMixin as DeepSpeedPluginsMixin,
-)
-from accel.deepspeed_plugins import (
-    refuse_plugins_for_existing_state as refuse_plugins_for_existing_state,
-)
-from accel.deepspeed_plugins import (
-    split_deepspeed_plugins as split_deepspeed_plugins,
-)
 from accel.env_values import (
     get_int_from_env,
 )
@@ -34,6 +25,15 @@ from accel.kwargs_handlers import (
     TorchDynamoPlugin as TorchDynamoPlugin,
 )
 from accel.patch_forwarding import serve_as_door
+from accel.strategies.deepspeed.named_plugins import (
+    DeepSpeedPluginsMixin as DeepSpeedPluginsMixin,
+)
+from accel.strategies.deepspeed.named_plugins import (
+    refuse_plugins_for_existing_state as refuse_plugins_for_existing_state,
+)
+from accel.strategies.deepspeed.named_plugins import (
+    split_deepspeed_plugins as split_deepspeed_plugins,
+)
 from accel_state import (
     DistributedType as DistributedType,
 )

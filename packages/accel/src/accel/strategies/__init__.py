@@ -11,9 +11,9 @@ from typing import Any
 from accel.errors import UnsupportedFeatureError
 from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
-from accel.strategies.ddp import DDPStrategy
-from accel.strategies.fsdp import FSDPStrategy
-from accel.strategies.xla import XLAStrategy
+from accel.strategies.ddp.strategy import DDPStrategy
+from accel.strategies.fsdp.strategy import FSDPStrategy
+from accel.strategies.xla.strategy import XLAStrategy
 from accel_state import DistributedType
 
 StrategyFactory = Callable[[RunConfig], ModelStrategy]
@@ -21,7 +21,7 @@ StrategyFactory = Callable[[RunConfig], ModelStrategy]
 
 def _deepspeed(config: RunConfig) -> ModelStrategy:
     """Import the DeepSpeed strategy only when a job uses it."""
-    from accel.strategies.deepspeed import DeepSpeedStrategy
+    from accel.strategies.deepspeed.strategy import DeepSpeedStrategy
 
     return DeepSpeedStrategy(config)
 
@@ -53,7 +53,7 @@ def make_strategy(config: RunConfig) -> ModelStrategy:
     Raises:
         UnsupportedFeatureError: No strategy is registered for that type yet.
     """
-    from accel.strategies.mesh import MeshStrategy, needs_mesh_strategy
+    from accel.strategies.mesh.strategy import MeshStrategy, needs_mesh_strategy
 
     if needs_mesh_strategy(config.parallel_mesh):
         return MeshStrategy(config)

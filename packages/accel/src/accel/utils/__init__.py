@@ -216,7 +216,7 @@ _FROM_ACCEL = {
     "DummyScheduler": "accel.utils.deepspeed",
     "DeepSpeedSchedulerWrapper": "accel.utils.deepspeed",
     "HfDeepSpeedConfig": "accel.utils.deepspeed",
-    "FullyShardedDataParallelPlugin": "accel.fsdp_plugin",
+    "FullyShardedDataParallelPlugin": "accel.strategies.fsdp.plugin",
     "TorchTensorParallelPlugin": "accel.parallelism",
     "extract_model_from_parallel": "accel.utils.modeling",
     "release_memory": "accel.utils.memory",

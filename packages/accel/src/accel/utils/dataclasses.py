@@ -11,7 +11,6 @@ from accel.fp8.recipes import (
     MSAMPRecipeKwargs,
     TERecipeKwargs,
 )
-from accel.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DDPCommunicationHookType,
@@ -25,6 +24,7 @@ from accel.kwargs_handlers import (
 from accel.parallelism import TorchTensorParallelPlugin
 from accel.plugins import GradientAccumulationPlugin
 from accel.profiling import ProfileKwargs
+from accel.strategies.fsdp.plugin import FullyShardedDataParallelPlugin
 from accel.tracking.base import LoggerType
 from accel.utils.deepspeed import DeepSpeedPlugin
 from accel.utils.megatron_lm import MegatronLMPlugin, add_model_config_to_megatron_parser

@@ -1,4 +1,4 @@
-"""``accel.utils.fsdp2_helpers`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.fsdp2_helpers`.
+"""``accel.utils.fsdp2_helpers`` (accel's earlier path; not one of Accelerate's): a door to :mod:`accel.strategies.fsdp.fsdp2_helpers`.
 
 It re-exports the same objects; replacing one of its names reaches the code that uses it.
 """
@@ -9,10 +9,10 @@ from accel.errors import (
     AcceleratorConfigError as AcceleratorConfigError,
 )
 from accel.patch_forwarding import serve_as_door
-from accel.strategies.fsdp2_helpers import (
+from accel.strategies.fsdp.fsdp2_helpers import (
     RAM_EFFICIENT_LOADING_VARIABLE as RAM_EFFICIENT_LOADING_VARIABLE,
 )
-from accel.strategies.fsdp2_helpers import (
+from accel.strategies.fsdp.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
     ensure_weights_retied,
@@ -42,4 +42,4 @@ __all__ = [
     "get_fsdp2_grad_scaler",
 ]
 
-serve_as_door(__name__, "accel.strategies.fsdp2_helpers")
+serve_as_door(__name__, "accel.strategies.fsdp.fsdp2_helpers")

@@ -1,4 +1,4 @@
-"""Accelerate's ``accelerate.utils.fsdp_utils`` module path: a door to :mod:`accel.strategies.fsdp_model_io`.
+"""Accelerate's ``accelerate.utils.fsdp_utils`` module path: a door to :mod:`accel.strategies.fsdp.model_io`.
 
 It re-exports the same objects; replacing one of its names reaches the code that uses it.
 """
@@ -14,11 +14,21 @@ from accel.constants import (
 from accel.errors import (
     UnsupportedFeatureError as UnsupportedFeatureError,
 )
-from accel.fsdp_plugin import (
-    FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
-)
 from accel.patch_forwarding import serve_as_door
-from accel.strategies.fsdp2_helpers import (
+from accel.strategies.fsdp.common import (
+    PathLike as PathLike,
+)
+from accel.strategies.fsdp.common import (
+    adapter_weights_only as adapter_weights_only,
+)
+from accel.strategies.fsdp.common import (
+    get_parameters_from_modules,
+    select_modules,
+)
+from accel.strategies.fsdp.common import (
+    resolve_plugin as resolve_plugin,
+)
+from accel.strategies.fsdp.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
     ensure_weights_retied,
@@ -29,26 +39,16 @@ from accel.strategies.fsdp2_helpers import (
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
 )
-from accel.strategies.fsdp_common import (
-    PathLike as PathLike,
-)
-from accel.strategies.fsdp_common import (
-    adapter_weights_only as adapter_weights_only,
-)
-from accel.strategies.fsdp_common import (
-    get_parameters_from_modules,
-    select_modules,
-)
-from accel.strategies.fsdp_common import (
-    resolve_plugin as resolve_plugin,
-)
-from accel.strategies.fsdp_model_io import (
+from accel.strategies.fsdp.model_io import (
     load_fsdp_model,
     save_fsdp_model,
 )
-from accel.strategies.fsdp_optimizer import (
+from accel.strategies.fsdp.optimizer import (
     load_fsdp_optimizer,
     save_fsdp_optimizer,
+)
+from accel.strategies.fsdp.plugin import (
+    FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin,
 )
 
 __all__ = [
@@ -71,4 +71,4 @@ __all__ = [
     "select_modules",
 ]
 
-serve_as_door(__name__, "accel.strategies.fsdp_model_io")
+serve_as_door(__name__, "accel.strategies.fsdp.model_io")

@@ -63,7 +63,7 @@ def adopt_saved_shards(
         The split to load with: models and the optimizers stepping their parameters move into
         ``fsdp_model_<i>`` states.
     """
-    from accel.strategies.fsdp_checkpoint import FSDPModelState, model_optimizers
+    from accel.strategies.fsdp.checkpoint import FSDPModelState, model_optimizers
 
     if sharded or not models or saved_sharded_models(folder) != len(models):
         return list(models), list(optimizers), list(sharded)

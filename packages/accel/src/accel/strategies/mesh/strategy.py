@@ -6,7 +6,7 @@ A model is prepared in torchtitan's order, each step on the mesh of a
 1. low-precision conversion: the Accelerator's precision object (fp8: torchao's ``Float8Linear``)
    converts the model in ``prepare_model`` just before :meth:`MeshStrategy.wrap`, so tensor
    parallelism splits the converted layers,
-2. tensor parallelism on ``tp`` (:class:`~accel.strategies.tensor_parallel.TensorParallel`),
+2. tensor parallelism on ``tp`` (:class:`~accel.strategies.mesh.tensor_parallel.TensorParallel`),
 3. context parallelism on ``cp`` (nothing to change in the module: batches are split per step by
    ``Accelerator.maybe_context_parallel``; only the device is checked),
 4. activation checkpointing of the FSDP layers,
@@ -32,13 +32,13 @@ from accel.errors import AcceleratorConfigError
 from accel.kwargs_handlers import TorchDynamoPlugin
 from accel.run_config import RunConfig
 from accel.strategies import grad_norm
-from accel.strategies.fsdp import (
+from accel.strategies.fsdp.strategy import (
     FSDPStrategy,
     _broadcast_from_rank0,
     _checkpoint_activations,
     clean_name,
 )
-from accel.strategies.tensor_parallel import TensorParallel, is_split
+from accel.strategies.mesh.tensor_parallel import TensorParallel, is_split
 from accel_state.device_mesh import ParallelMesh
 
 
@@ -74,7 +74,7 @@ class MeshStrategy(FSDPStrategy):
             if handler is not None and handler.enable_async_tp:  # CUDA (checked at init)
                 _enable_async_tp(parallel_mesh.get_mesh("tp"))
         if config.cp_enabled:
-            from accel.strategies.context_parallel import check_device
+            from accel.strategies.mesh.context_parallel import check_device
 
             check_device(run.device, config.size("cp"))
         if config.shards_parameters:

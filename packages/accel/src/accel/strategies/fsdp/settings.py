@@ -1,6 +1,6 @@
 """FSDP settings: the choices, the launcher's keys, defaults, and their validation.
 
-:class:`~accel.fsdp_plugin.FullyShardedDataParallelPlugin` combines its fields with the
+:class:`~accel.strategies.fsdp.plugin.FullyShardedDataParallelPlugin` combines its fields with the
 launcher's ``fsdp_config`` and :data:`DEFAULTS`; :func:`validate_settings` reads each value as
 Accelerate does (names in any case, torch enums, environment strings) into :class:`FSDPSettings`.
 """

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from accel.constants import OPTIMIZER_NAME
-from accel.fsdp_plugin import FullyShardedDataParallelPlugin
-from accel.strategies.fsdp_common import PathLike, resolve_plugin
+from accel.strategies.fsdp.common import PathLike, resolve_plugin
+from accel.strategies.fsdp.plugin import FullyShardedDataParallelPlugin
 
 _STATE_KEY = "optimizer"
 

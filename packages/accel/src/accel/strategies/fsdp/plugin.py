@@ -2,8 +2,8 @@
 
 Every field left at ``None`` is taken from the launcher (``accel launch --use_fsdp --fsdp_*`` or the
 ``fsdp_config`` section of a config file, carried by the launch contract), then from the defaults.
-The choices, defaults and validation live in :mod:`accel.fsdp_settings`, the mixed-precision
-dtypes in :mod:`accel.fsdp_precision`; this module keeps the plugin and re-exports their names.
+The choices, defaults and validation live in :mod:`accel.strategies.fsdp.settings`, the mixed-precision
+dtypes in :mod:`accel.strategies.fsdp.precision`; this module keeps the plugin and re-exports their names.
 
 Example:
     >>> from accel import Accelerator, FullyShardedDataParallelPlugin
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError
-from accel.fsdp_precision import mixed_precision_dtypes, to_dtype, torch_policy
-from accel.fsdp_settings import (
+from accel.strategies.fsdp.precision import mixed_precision_dtypes, to_dtype, torch_policy
+from accel.strategies.fsdp.settings import (
     BACKWARD_PREFETCH,
     CONFIG_TYPES,
     DEFAULTS,

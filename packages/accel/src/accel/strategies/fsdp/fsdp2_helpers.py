@@ -85,7 +85,7 @@ def fsdp2_switch_optimizer_parameters(
 
 
 def _fsdp_strategy(accelerator: Any, caller: str) -> Any:
-    from accel.strategies.fsdp import FSDPStrategy
+    from accel.strategies.fsdp.strategy import FSDPStrategy
 
     strategy = getattr(accelerator, "strategy", None)
     if not isinstance(strategy, FSDPStrategy):
@@ -116,7 +116,7 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     Raises:
         AcceleratorConfigError: No FSDP Accelerator, or the policy picks no layers.
     """
-    from accel.strategies.fsdp import _checkpoint_activations
+    from accel.strategies.fsdp.strategy import _checkpoint_activations
 
     strategy = _fsdp_strategy(accelerator, "fsdp2_apply_ac")
     _checkpoint_activations(model, strategy._layers(model))

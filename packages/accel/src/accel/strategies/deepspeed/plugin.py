@@ -1,6 +1,6 @@
 """DeepSpeed settings: ``DeepSpeedPlugin``, ``DummyOptim`` and ``DummyScheduler`` (no deepspeed import).
 
-The strategy that builds the engine lives in :mod:`accel.strategies.deepspeed`; this module only
+The strategy that builds the engine lives in :mod:`accel.strategies.deepspeed.strategy`; this module only
 holds what a user passes in, so ``import accel`` never imports deepspeed.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
 from accel.scheduler import AcceleratedScheduler
-from accel.strategies.deepspeed_hf_config import HfDeepSpeedConfig
+from accel.strategies.deepspeed.hf_config import HfDeepSpeedConfig
 
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 #: Plugin fields and the config keys they stand for (Accelerate's mapping).
@@ -427,7 +427,7 @@ class DeepSpeedPlugin:
 
     def is_zero3_init_enabled(self) -> bool:
         """Whether models are built sharded under ZeRO-3 (``zero3_init_flag`` and stage 3)."""
-        from accel.strategies.deepspeed_config import zero_stage_of
+        from accel.strategies.deepspeed.config import zero_stage_of
 
         return bool(self.zero3_init_flag) and zero_stage_of(self) == 3
 
@@ -438,7 +438,7 @@ class DeepSpeedPlugin:
 
         Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
         """
-        from accel.strategies.deepspeed_config import init_config
+        from accel.strategies.deepspeed.config import init_config
 
         if not enable or not self.is_zero3_init_enabled():
             return contextlib.nullcontext()
@@ -510,7 +510,7 @@ class DeepSpeedEngineWrapper:
 
     ``accelerator.deepspeed_engine_wrapped`` holds one per Accelerator once its model and
     optimizer are prepared; a second model trained under another plugin gets its own
-    Accelerator, hence its own wrapper (see :mod:`accel.deepspeed_plugins`).
+    Accelerator, hence its own wrapper (see :mod:`accel.strategies.deepspeed.named_plugins`).
 
     Args:
         engine: A ``deepspeed.DeepSpeedEngine``.

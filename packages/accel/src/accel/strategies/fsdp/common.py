@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError
-from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin
 from accel.modeling import is_peft_model
+from accel.strategies.fsdp.plugin import FSDPSettings, FullyShardedDataParallelPlugin
 
 PathLike = str | os.PathLike[str]
 

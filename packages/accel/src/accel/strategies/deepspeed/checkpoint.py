@@ -9,7 +9,7 @@ checkpoint engine whose ``save`` only copies each state into host memory; the re
 puts those copies on disk on the background thread.
 
 Elastic loads: a checkpoint saved on another data-parallel world size is converted once to
-DeepSpeed's universal checkpoint format (:mod:`accel.strategies.deepspeed_universal`) and loaded
+DeepSpeed's universal checkpoint format (:mod:`accel.strategies.deepspeed.universal`) and loaded
 through the engine's universal-checkpoint path.
 """
 
@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from accel.strategies.deepspeed_universal import (
+from accel.strategies.deepspeed.universal import (
     load_elastic,
     saved_dp_world_size,
     universal_loading,

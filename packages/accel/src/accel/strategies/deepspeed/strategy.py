@@ -8,7 +8,7 @@ a :class:`~accel.utils.DummyScheduler` becomes the engine's own. deepspeed is im
 
 One training engine per Accelerator (``accelerator.deepspeed_engine_wrapped``); models prepared
 without an optimizer under another selected plugin become inference engines beside it (see
-:mod:`accel.deepspeed_plugins`), saved and loaded with the training state as full weights.
+:mod:`accel.strategies.deepspeed.named_plugins`), saved and loaded with the training state as full weights.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from typing import Any
 
 import torch
 
-from accel.deepspeed_plugins import DeepSpeedPluginRegistry
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.optimizer import AcceleratedOptimizer
 from accel.run_config import RunConfig
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
-from accel.strategies.build_locks import warn_about_stale_build_locks
-from accel.strategies.deepspeed_checkpoint import EngineCheckpoint
-from accel.strategies.deepspeed_config import KnownValues, resolve_config
-from accel.strategies.deepspeed_inputs import cast_inputs_for_bf16
-from accel.strategies.deepspeed_plugin import (
+from accel.strategies.deepspeed.build_locks import warn_about_stale_build_locks
+from accel.strategies.deepspeed.checkpoint import EngineCheckpoint
+from accel.strategies.deepspeed.config import KnownValues, resolve_config
+from accel.strategies.deepspeed.inputs import cast_inputs_for_bf16
+from accel.strategies.deepspeed.named_plugins import DeepSpeedPluginRegistry
+from accel.strategies.deepspeed.plugin import (
     DeepSpeedEngineWrapper,
     DeepSpeedPlugin,
     DeepSpeedSchedulerWrapper,
@@ -117,7 +117,7 @@ class DeepSpeedStrategy(ModelStrategy):
         self.gradient_state.plugin_kwargs["num_steps"] = steps
         # The training engine that backward drives (Accelerate's deepspeed_engine_wrapped).
         self.engine_wrapped: DeepSpeedEngineWrapper | None = None
-        # Inference engines built under another selected plugin (see accel.deepspeed_plugins).
+        # Inference engines built under another selected plugin (see accel.strategies.deepspeed.named_plugins).
         self.inference_engines: list[Any] = []
         self._warned_no_clipping = False
 

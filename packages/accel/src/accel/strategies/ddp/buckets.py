@@ -42,7 +42,7 @@ class SteadyBuckets:
 
     def __init__(self, model: DistributedDataParallel) -> None:
         # The group is looked up at each call, not kept: a destroyed group must not outlive
-        # its DDP wrapper's references (see accel.strategies.ddp.release_process_group).
+        # its DDP wrapper's references (see accel.strategies.ddp.strategy.release_process_group).
         self.model = model
         self.scale = 1.0 / model.process_group.size()
         #: Buckets to sum the next synchronized step in (parameters), until it is summed.

@@ -24,8 +24,14 @@ import torch
 from accel.ckpt_adapters import merge_fsdp_weights
 from accel.constants import FSDP_MODEL_NAME
 from accel.errors import UnsupportedFeatureError
-from accel.fsdp_plugin import FullyShardedDataParallelPlugin
-from accel.strategies.fsdp2_helpers import (
+from accel.strategies.fsdp.common import (
+    PathLike,
+    adapter_weights_only,
+    get_parameters_from_modules,
+    resolve_plugin,
+    select_modules,
+)
+from accel.strategies.fsdp.fsdp2_helpers import (
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
     ensure_weights_retied,
@@ -36,14 +42,8 @@ from accel.strategies.fsdp2_helpers import (
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
 )
-from accel.strategies.fsdp_common import (
-    PathLike,
-    adapter_weights_only,
-    get_parameters_from_modules,
-    resolve_plugin,
-    select_modules,
-)
-from accel.strategies.fsdp_optimizer import load_fsdp_optimizer, save_fsdp_optimizer
+from accel.strategies.fsdp.optimizer import load_fsdp_optimizer, save_fsdp_optimizer
+from accel.strategies.fsdp.plugin import FullyShardedDataParallelPlugin
 
 
 def _refuse_per_rank_files(use_dcp: bool) -> None:
@@ -88,7 +88,7 @@ def save_fsdp_model(
     Raises:
         UnsupportedFeatureError: ``use_dcp=False``.
     """
-    from accel.strategies.fsdp_checkpoint import FSDPModelState
+    from accel.strategies.fsdp.checkpoint import FSDPModelState
 
     _refuse_per_rank_files(use_dcp)
     adapters = adapter_weights_only(adapter_only, model)
@@ -133,7 +133,7 @@ def load_fsdp_model(
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    from accel.strategies.fsdp_checkpoint import FSDPModelState
+    from accel.strategies.fsdp.checkpoint import FSDPModelState
 
     _refuse_per_rank_files(use_dcp)
     adapters = adapter_weights_only(adapter_only, model)
@@ -159,7 +159,7 @@ def _trainable_full_state(accelerator: Any, model: torch.nn.Module) -> dict[str,
     """The gathered trainable parameters of a prepared model (complete on the main process)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from accel.strategies.fsdp_checkpoint import off_cpu
+    from accel.strategies.fsdp.checkpoint import off_cpu
 
     settle = getattr(getattr(accelerator, "strategy", None), "settle", None)
     if settle is not None:

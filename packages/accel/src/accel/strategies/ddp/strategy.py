@@ -14,8 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
-from accel.strategies.comm_hooks import COMM_HOOK_FIELDS, CommHook
-from accel.strategies.ddp_buckets import SteadyBuckets
+from accel.strategies.ddp.buckets import SteadyBuckets
+from accel.strategies.ddp.comm_hooks import COMM_HOOK_FIELDS, CommHook
 from accel_state.group_keeper import GroupHolders
 
 _RELEASE_WATCHDOG_SECONDS = 60.0
@@ -82,7 +82,7 @@ class DDPStrategy(ModelStrategy):
         return max(moments) if moments else None
 
     def checkpoint_metadata(self, models: Sequence[torch.nn.Module]) -> dict[str, Any]:
-        """Each DDP model's gradient buckets (:mod:`accel.strategies.ddp_buckets`)."""
+        """Each DDP model's gradient buckets (:mod:`accel.strategies.ddp.buckets`)."""
         steady = [self._steady.get(id(model)) for model in models]
         layouts = [None if hook is None else hook.layout() for hook in steady]
         return {DDP_BUCKETS_KEY: layouts} if any(layouts) else {}

@@ -24,7 +24,7 @@ from accel.errors import AcceleratorConfigError, PreparationError
 
 if TYPE_CHECKING:
     from accel.strategies.base import ModelStrategy
-    from accel.strategies.deepspeed_plugin import DeepSpeedEngineWrapper
+    from accel.strategies.deepspeed.plugin import DeepSpeedEngineWrapper
 
 STATE_KEY = "deepspeed_plugins"
 ACTIVE_KEY = "deepspeed_plugin"
@@ -55,7 +55,7 @@ def split_deepspeed_plugins(plugin: Any, plugins: Any) -> tuple[Any, dict[str, A
         AcceleratorConfigError: Both arguments given, an empty dict, a name that is not a
             string, or a value that is not a ``DeepSpeedPlugin``.
     """
-    from accel.strategies.deepspeed_plugin import DeepSpeedPlugin
+    from accel.strategies.deepspeed.plugin import DeepSpeedPlugin
 
     if plugin is not None and plugins is not None:
         raise AcceleratorConfigError(
@@ -222,7 +222,7 @@ class DeepSpeedPluginRegistry:
         Raises:
             AcceleratorConfigError: ``plugin`` or the Accelerator asks for another value.
         """
-        from accel.strategies.deepspeed_config import accumulation_steps, plugin_accumulation_steps
+        from accel.strategies.deepspeed.config import accumulation_steps, plugin_accumulation_steps
 
         live = [
             (owner, engine) for owner, engine in self.live_engines() if engine is not own_engine

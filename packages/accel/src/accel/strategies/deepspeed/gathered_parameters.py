@@ -46,7 +46,7 @@ class GatheredParameters:
         listed = [params] if isinstance(params, torch.Tensor) else list(params)
         self._context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if enabled and _partitioned(listed):
-            from accel.strategies.deepspeed_plugin import import_deepspeed
+            from accel.strategies.deepspeed.plugin import import_deepspeed
 
             deepspeed = import_deepspeed()
             self._context = deepspeed.zero.GatheredParameters(

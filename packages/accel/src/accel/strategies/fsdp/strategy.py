@@ -16,10 +16,14 @@ import torch
 import torch.distributed as dist
 
 from accel.errors import AcceleratorConfigError
-from accel.fsdp_plugin import FSDPSettings, FullyShardedDataParallelPlugin, mixed_precision_dtypes
 from accel.placement import ParameterMoves, switch_parameters
 from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
+from accel.strategies.fsdp.plugin import (
+    FSDPSettings,
+    FullyShardedDataParallelPlugin,
+    mixed_precision_dtypes,
+)
 from accel_ckpt import ShardedState
 from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
@@ -81,7 +85,7 @@ class FSDPStrategy(ModelStrategy):
         state.ensure_process_group("FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP)")
         self.fsdp = resolve_settings(config)
         #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
-        #: strategy (``accel.strategies.mesh``) sets its ``dp_shard_cp`` / HSDP mesh here.
+        #: strategy (``accel.strategies.mesh.strategy``) sets its ``dp_shard_cp`` / HSDP mesh here.
         self.mesh: Any = None
         self._moves: ParameterMoves = {}
         self._roots: list[weakref.ref[torch.nn.Module]] = []
@@ -181,7 +185,7 @@ class FSDPStrategy(ModelStrategy):
         if self.mesh is not None:
             options["mesh"] = self.mesh
         if self.fsdp.ignored_modules is not None:
-            from accel.strategies.fsdp_common import get_parameters_from_modules
+            from accel.strategies.fsdp.common import get_parameters_from_modules
 
             options["ignored_params"] = get_parameters_from_modules(
                 self.fsdp.ignored_modules, model, self.state.device
@@ -229,7 +233,7 @@ class FSDPStrategy(ModelStrategy):
         """FSDP1's ``ignored_modules``: the plugin's modules, or those its regex names."""
         if self.fsdp.ignored_modules is None:
             return None
-        from accel.strategies.fsdp_common import select_modules
+        from accel.strategies.fsdp.common import select_modules
 
         return select_modules(self.fsdp.ignored_modules, model, self.state.device)
 
@@ -362,7 +366,7 @@ class FSDPStrategy(ModelStrategy):
         self, models: Sequence[torch.nn.Module], optimizers: Sequence[Any]
     ) -> tuple[list[torch.nn.Module], list[Any], list[ShardedState]]:
         """FSDP models and their optimizers go into sharded states; the rest stays plain."""
-        from accel.strategies.fsdp_checkpoint import FSDPModelState, model_optimizers
+        from accel.strategies.fsdp.checkpoint import FSDPModelState, model_optimizers
 
         plain_models: list[torch.nn.Module] = []
         states: list[ShardedState] = []
@@ -394,7 +398,7 @@ class FSDPStrategy(ModelStrategy):
         self.settle(model)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        from accel.strategies.fsdp_checkpoint import off_cpu
+        from accel.strategies.fsdp.checkpoint import off_cpu
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=off_cpu(model))
         state = get_model_state_dict(model, options=options)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from accel.errors import AcceleratorConfigError
 
 if TYPE_CHECKING:  # the plugin calls into this module; here it is only a type
-    from accel.strategies.deepspeed_plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
+    from accel.strategies.deepspeed.plugin import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
 AUTO = "auto"
 DEFAULT_ZERO_STAGE = 2

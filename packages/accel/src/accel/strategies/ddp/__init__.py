@@ -1,0 +1,1 @@
+"""Data parallelism with DistributedDataParallel: the strategy, its steady buckets and comm hooks."""

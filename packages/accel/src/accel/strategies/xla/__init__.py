@@ -1,0 +1,1 @@
+"""XLA devices (TPU, XLA on CPU/GPU) through torch_xla: the strategy."""
