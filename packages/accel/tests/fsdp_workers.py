@@ -286,7 +286,7 @@ def save_then_die_job(folder: str) -> None:
     import signal
     from pathlib import Path
 
-    from accel.strategies import fsdp_checkpoint
+    from accel.strategies.fsdp import checkpoint as fsdp_checkpoint
 
     accelerator = _project(folder, fsdp_plugin=plugin(2))
     result = train(accelerator, 2, CKPT_SIZE)
