@@ -32,7 +32,7 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.parallelism_mixin import ParallelismMixin
 from accel.placement import ParameterMoves, move_model, switch_parameters
 from accel.plugins import GradientAccumulationPlugin
-from accel.precision import Precision, make_precision
+from accel.precision import Precision
 from accel.profiling import ProfileKwargs
 from accel.replica_training import FaultTolerancePlugin, ReplicaGroupTraining
 from accel.run_config import RunConfig
@@ -244,13 +244,14 @@ class Accelerator(
         self.strategy = make_strategy(self.run_config)
         self._fp8 = resolve_fp8(handlers, self.run_config.mixed_precision, contract)
         self.precision: Precision = (
-            make_fp8_precision(self._fp8, self.device, self.distributed_type, fsdp2=self.is_fsdp2)
-            if self._fp8.enabled
-            else make_precision(
-                "no" if self.strategy.owns_mixed_precision else self.run_config.mixed_precision,
+            make_fp8_precision(
+                self._fp8,
                 self.device,
-                self.scaler_handler,
+                self.run_config.distributed_type,
+                fsdp2=self.strategy.shards_with_fsdp2,
             )
+            if self._fp8.enabled
+            else self.strategy.make_precision(self.scaler_handler)
         )
         self.scaler = self.precision.scaler
         self.step = 0

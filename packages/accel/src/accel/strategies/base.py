@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from accel.kwargs_handlers import TorchDynamoPlugin
+from accel.kwargs_handlers import GradScalerKwargs, TorchDynamoPlugin
+from accel.precision import Precision, make_precision
 from accel.run_config import RunConfig
 from accel_ckpt import ShardedState
 from accel_state import PartialState
@@ -28,14 +29,31 @@ class ModelStrategy:
     #: accumulation steps, scales and unscales, and clips at its own setting, so the Accelerator
     #: leaves all of that to :meth:`backward` and the clipping hooks.
     engine_owns_gradients = False
-    #: The strategy's engine applies mixed precision itself: the Accelerator does not autocast.
-    owns_mixed_precision = False
 
     def __init__(self, config: RunConfig) -> None:
         #: The run configuration this strategy was built from (resolved once, handed down).
         self.config = config
         #: The process's facts (rank, device, process group).
         self.state: PartialState = config.process
+
+    def make_precision(self, scaler_kwargs: GradScalerKwargs | None = None) -> Precision:
+        """The precision object this strategy trains with, for the run's mode (asked once).
+
+        fp8 is built by :func:`accel.fp8.setup.make_fp8_precision` instead, from this strategy's
+        facts (:attr:`shards_with_fsdp2`).
+
+        Args:
+            scaler_kwargs: The ``GradScalerKwargs`` handler for fp16, if any.
+
+        Raises:
+            UnsupportedFeatureError: The mode cannot run on this device.
+        """
+        return make_precision(self.config.mixed_precision, self.state.device, scaler_kwargs)
+
+    @property
+    def shards_with_fsdp2(self) -> bool:
+        """Whether models are sharded with FSDP2 (``fully_shard``)."""
+        return False
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap a model that is already on its device."""

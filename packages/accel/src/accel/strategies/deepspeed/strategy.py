@@ -24,7 +24,9 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
+from accel.kwargs_handlers import GradScalerKwargs
 from accel.optimizer import AcceleratedOptimizer
+from accel.precision import Precision
 from accel.run_config import RunConfig
 from accel.scheduler import AcceleratedScheduler
 from accel.strategies.base import ModelStrategy
@@ -78,7 +80,6 @@ class DeepSpeedStrategy(ModelStrategy):
 
     name = "DeepSpeed"
     engine_owns_gradients = True
-    owns_mixed_precision = True
 
     @property
     def phases_without_waiting(self) -> frozenset[str]:
@@ -120,6 +121,13 @@ class DeepSpeedStrategy(ModelStrategy):
         # Inference engines built under another selected plugin (see accel.strategies.deepspeed.named_plugins).
         self.inference_engines: list[Any] = []
         self._warned_no_clipping = False
+
+    def make_precision(self, scaler_kwargs: GradScalerKwargs | None = None) -> Precision:
+        """Full precision on the Accelerator's side: the engine applies the mode itself.
+
+        The mode reaches the engine through its config's ``fp16``/``bf16`` blocks.
+        """
+        return Precision(self.state.device)
 
     @property
     def engine(self) -> Any:

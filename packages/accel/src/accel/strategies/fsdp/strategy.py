@@ -25,6 +25,7 @@ from accel.strategies.fsdp.plugin import (
     mixed_precision_dtypes,
 )
 from accel_ckpt import ShardedState
+from accel_state import DistributedType
 from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
 
@@ -71,6 +72,11 @@ class FSDPStrategy(ModelStrategy):
     def phases_without_waiting(self) -> frozenset[str]:
         """Data and the optimizer step: FSDP gathers and scatters in forward and backward."""
         return frozenset({"data", "optimizer"})
+
+    @property
+    def shards_with_fsdp2(self) -> bool:
+        """Whether this job shards with FSDP2 (``fully_shard``), not FSDP1."""
+        return self.config.distributed_type is DistributedType.FSDP and self.fsdp.fsdp_version == 2
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
