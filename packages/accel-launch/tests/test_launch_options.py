@@ -6,6 +6,7 @@ the merged config, the typed flags and the options are read.
 """
 
 import argparse
+import importlib.util
 
 import pytest
 from launch_helpers import SCRIPTS
@@ -59,8 +60,16 @@ def test_nothing_is_read_from_the_namespace_after_the_merge(monkeypatch, flags):
 
     monkeypatch.setattr(plan_module.LaunchOptions, "from_args", read_then_seal)
     cpu = () if "--tpu" in flags else ("--cpu",)
+    if "--as_accelerate" in flags and importlib.util.find_spec("accel") is None:
+        # accel-launch installed alone (its own test leg): the option, read from the options and
+        # not from the sealed namespace, is refused because accel is missing.
+        with pytest.raises(LaunchArgumentError, match="--as_accelerate serves"):
+            build_plan(parse(*cpu, *flags), None, NO_GPU)
+        return
     plan = build_plan(parse(*cpu, *flags), None, NO_GPU)
     assert plan.target == SCRIPT and plan.target_args == ("x",)
+    if "--as_accelerate" in flags:
+        assert plan.env["ACCEL_AS_ACCELERATE"] == "1"
 
 
 def test_the_options_carry_the_command_line_settings_into_the_plan():
