@@ -14,8 +14,9 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "packages" / "accel" / "src"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from import_cycles import ROOT, module_files
 
 #: Modules that may read the process-wide state, and why.
 ALLOWED = {
@@ -29,13 +30,6 @@ ALLOWED = {
 #: Folders of user scripts (Accelerate's test scripts) that use the public API as users do.
 SCRIPT_FOLDERS = ("accel.test_utils.scripts",)
 STATE_CLASSES = frozenset({"AcceleratorState", "GradientState"})
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
 
 
 def state_reads(path: Path) -> list[tuple[int, str]]:
@@ -55,8 +49,9 @@ def state_reads(path: Path) -> list[tuple[int, str]]:
 def main() -> int:
     """Print each forbidden read with its file and line; 1 when there is one."""
     problems = 0
-    for path in sorted(SOURCE.rglob("*.py")):
-        module = _module_name(path)
+    for module, path in module_files().items():
+        if not module.startswith("accel."):
+            continue
         if module in ALLOWED or module.startswith(SCRIPT_FOLDERS):
             continue
         for line, what in state_reads(path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -59,16 +58,7 @@ def test_fp8_computes_the_rest_in_bf16() -> None:
     assert mixed_precision_dtypes(None, "fp8")["param_dtype"] is torch.bfloat16
 
 
-def _script(name: str) -> Any:
-    """A module of the repository's ``scripts`` folder."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path) -> None:
+def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path, repo_script: Any) -> None:
     source = tmp_path / "layer.py"
     source.write_text(
         "from accel.accelerator_state import AcceleratorState\n"
@@ -79,7 +69,7 @@ def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path) -> None:
         "def ok(config):\n"
         "    return config.mixed_precision\n"
     )
-    found = _script("state_reads").state_reads(source)
+    found = repo_script("state_reads").state_reads(source)
     assert found == [(3, "AcceleratorState()"), (5, "._shared_state")]
 
 
@@ -95,13 +85,13 @@ def test_no_layer_of_accel_reads_the_process_wide_state() -> None:
     assert "outside the state modules: 0" in result.stdout
 
 
-def test_the_lint_rule_finds_imports_between_backend_folders() -> None:
+def test_the_lint_rule_finds_imports_between_backend_folders(repo_script: Any) -> None:
     graph = {
         "accel.strategies.ddp.strategy": {"accel.strategies.base"},
         "accel.strategies.fsdp.strategy": {"accel.strategies.ddp.buckets"},
         "accel.strategies.mesh.strategy": {"accel.strategies.fsdp.strategy"},
         "accel.strategies.deepspeed.plugin": {"accel.strategies.deepspeed.config"},
     }
-    crossings = _script("import_cycles").backend_crossings(graph)
+    crossings = repo_script("import_cycles").backend_crossings(graph)
     # mesh -> fsdp is the one allowed edge (listed with its reason); inside a folder is fine.
     assert crossings == [("accel.strategies.fsdp.strategy", "accel.strategies.ddp.buckets")]

@@ -343,10 +343,8 @@ def current_precision_and_device() -> tuple[PrecisionType, torch.device]:
     """The precision mode and device of this process's ``AcceleratorState``.
 
     For Accelerate's free helpers that take no Accelerator (``get_mixed_precision_context_manager``):
-    the one place outside an Accelerator that reads the process's settings.
-
-    Raises:
-        StateResetError: No ``AcceleratorState`` exists (or it was reset).
+    the one place outside an Accelerator that reads the process's settings. As in Accelerate,
+    a process without one gets a default ``AcceleratorState`` (the launcher's settings).
     """
     state = AcceleratorState()
     return state.mixed_precision, state.device

@@ -23,6 +23,7 @@ from accel_ckpt.accelerator_state_io import (
     loading_options,
     save_accelerator_state,
 )
+from accel_ckpt.training_objects import Kind
 from accel_ops.records import record
 
 PathLike = str | os.PathLike[str]
@@ -39,6 +40,18 @@ def make_project_configuration(
     if project_dir is not None:
         config.set_directories(project_dir)
     return config
+
+
+def _registry_list(kind: Kind) -> property:
+    """An attribute that is the registry's list of ``kind``; assigning replaces its items."""
+
+    def read(self: CheckpointingMixin) -> list[Any]:
+        return self.training_objects.of_kind(kind)
+
+    def replace(self: CheckpointingMixin, objects: list[Any]) -> None:
+        self.training_objects.of_kind(kind)[:] = objects
+
+    return property(read, replace)
 
 
 class CheckpointingMixin(JobFactsMixin):
@@ -63,37 +76,10 @@ class CheckpointingMixin(JobFactsMixin):
         return self.checkpointer.objects
 
     # Accelerate's private names for the same lists (scripts and libraries read them).
-    @property
-    def _models(self) -> list[torch.nn.Module]:
-        return self.training_objects.models
-
-    @_models.setter
-    def _models(self, models: list[torch.nn.Module]) -> None:
-        self.training_objects.models[:] = models
-
-    @property
-    def _optimizers(self) -> list[Any]:
-        return self.training_objects.optimizers
-
-    @_optimizers.setter
-    def _optimizers(self, optimizers: list[Any]) -> None:
-        self.training_objects.optimizers[:] = optimizers
-
-    @property
-    def _schedulers(self) -> list[Any]:
-        return self.training_objects.schedulers
-
-    @_schedulers.setter
-    def _schedulers(self, schedulers: list[Any]) -> None:
-        self.training_objects.schedulers[:] = schedulers
-
-    @property
-    def _dataloaders(self) -> list[Any]:
-        return self.training_objects.dataloaders
-
-    @_dataloaders.setter
-    def _dataloaders(self, dataloaders: list[Any]) -> None:
-        self.training_objects.dataloaders[:] = dataloaders
+    _models = _registry_list("model")
+    _optimizers = _registry_list("optimizer")
+    _schedulers = _registry_list("scheduler")
+    _dataloaders = _registry_list("dataloader")
 
     def _plain_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model without any wrapper (the Accelerator overrides this)."""

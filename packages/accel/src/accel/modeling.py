@@ -55,12 +55,17 @@ def remove_precision_forward(model: torch.nn.Module) -> None:
         original = model.__dict__.pop("_original_forward", None)
     if original is None:
         return
-    if getattr(original, "__self__", None) is model and getattr(
-        original, "__func__", None
+    _reinstate_forward(model, original)
+
+
+def _reinstate_forward(model: torch.nn.Module, forward: Callable[..., Any]) -> None:
+    """Make ``forward`` the model's forward; the class's own is restored by dropping the override."""
+    if getattr(forward, "__self__", None) is model and getattr(
+        forward, "__func__", None
     ) is getattr(type(model), "forward", None):
         model.__dict__.pop("forward", None)
     else:
-        model.forward = original  # type: ignore[method-assign]
+        model.forward = forward  # type: ignore[method-assign]
 
 
 Unwrapper = Callable[[torch.nn.Module], torch.nn.Module | None]
@@ -185,12 +190,7 @@ def _restore_original_forward(model: torch.nn.Module) -> None:
     forward = model.__dict__.get("forward", original)
     while hasattr(forward, "__wrapped__") and forward != original:
         forward = forward.__wrapped__
-    if getattr(forward, "__self__", None) is model and getattr(
-        forward, "__func__", None
-    ) is getattr(type(model), "forward", None):
-        model.__dict__.pop("forward", None)
-    else:
-        model.forward = forward  # type: ignore[method-assign]
+    _reinstate_forward(model, forward)
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:
