@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from accel import Accelerator, DistributedDataParallelKwargs
+from accel.fp8 import AORecipeKwargs
 from accel.amp import get_mixed_precision_context_manager
 from accel.precision import AUTOCAST_DTYPES, autocast_dtype, make_precision
 from accel.run_config import RunConfig
 from accel.strategies.fsdp.precision import mixed_precision_dtypes
-from accel_state import PrecisionType
+from accel_state import PrecisionType, reset_state
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -56,6 +57,22 @@ def test_every_layer_reads_the_one_mode_to_dtype_map(mode: str) -> None:
 def test_fp8_computes_the_rest_in_bf16() -> None:
     assert autocast_dtype("fp8") is torch.bfloat16
     assert mixed_precision_dtypes(None, "fp8")["param_dtype"] is torch.bfloat16
+
+
+def test_the_fp8_setup_is_resolved_once_and_the_strategy_builds_its_precision() -> None:
+    """fp8's backend and recipe sit in the RunConfig; the strategy, not the Accelerator, builds it."""
+    pytest.importorskip("torchao", reason="the fp8 precision object here is torchao's")
+    recipe = AORecipeKwargs()
+    accelerator = Accelerator(mixed_precision="fp8", cpu=True, kwargs_handlers=[recipe])
+    fp8 = accelerator.run_config.fp8
+    assert fp8 is not None and fp8.enabled and fp8.given is recipe
+    assert accelerator.fp8_enabled and accelerator.has_fp8_handler
+    rebuilt = accelerator.strategy.make_precision()
+    assert type(rebuilt) is type(accelerator.precision)
+    assert rebuilt.autocast_dtype is torch.bfloat16
+    reset_state()
+    plain = Accelerator(mixed_precision="bf16", cpu=True)
+    assert plain.run_config.fp8 is not None and not plain.run_config.fp8.enabled
 
 
 def test_the_lint_rule_finds_process_wide_state_reads(tmp_path: Path, repo_script: Any) -> None:

@@ -17,7 +17,7 @@ from accel.checkpointing import CheckpointingMixin, make_project_configuration
 from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFeatureError
 from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
-from accel.fp8.setup import FP8AttributesMixin, make_fp8_precision, resolve_fp8
+from accel.fp8.setup import FP8AttributesMixin, resolve_fp8
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -228,6 +228,8 @@ class Accelerator(
         self.log_with = filter_trackers(log_with, self.logging_dir)
         #: Everything this Accelerator runs with, resolved once; the strategy, precision and
         #: checkpoint layers get what they need from it (never from the process-wide state).
+        #: fp8's backend and recipe (Accelerate's ``fp8_*`` attributes read it).
+        self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
         self.run_config = RunConfig(
             process=self.state.partial,
             distributed_type=self.state.distributed_type,
@@ -240,19 +242,10 @@ class Accelerator(
             dynamo_plugin=self.state.dynamo_plugin,
             parallel_mesh=self.state.parallel_mesh,
             ddp_settings=self.ddp_handler.to_kwargs() if self.ddp_handler else {},
+            fp8=self._fp8,
         )
         self.strategy = make_strategy(self.run_config)
-        self._fp8 = resolve_fp8(handlers, self.run_config.mixed_precision, contract)
-        self.precision: Precision = (
-            make_fp8_precision(
-                self._fp8,
-                self.device,
-                self.run_config.distributed_type,
-                fsdp2=self.strategy.shards_with_fsdp2,
-            )
-            if self._fp8.enabled
-            else self.strategy.make_precision(self.scaler_handler)
-        )
+        self.precision: Precision = self.strategy.make_precision(self.scaler_handler)
         self.scaler = self.precision.scaler
         self.step = 0
         # What save_state, load_state and replica healing cover (see training_objects).

@@ -192,7 +192,7 @@ def make_precision(
     if precision is PrecisionType.FP8:
         raise UnsupportedFeatureError(
             "mixed_precision='fp8' needs an fp8 backend: build it with "
-            "accel.fp8.make_fp8_precision (the Accelerator does), not make_precision."
+            "accel.fp8.make_fp8_precision (strategy.make_precision does, from RunConfig.fp8)."
         )
     if precision is PrecisionType.NO:
         return Precision(device)

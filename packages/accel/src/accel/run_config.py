@@ -22,6 +22,7 @@ from accel_state import DistributedType, GradientState, PartialState, PrecisionT
 from accel_state.device_mesh import ParallelMesh
 
 if TYPE_CHECKING:
+    from accel.fp8.setup import FP8Setup
     from accel.kwargs_handlers import TorchDynamoPlugin
     from accel.strategies.deepspeed.named_plugins import DeepSpeedPluginRegistry
 
@@ -33,7 +34,8 @@ class RunConfig:
     Attributes:
         process: The process's facts (rank, device, process group), Accelerate's ``PartialState``.
         distributed_type: The job's distributed mode, plugins given in code included.
-        mixed_precision: The precision mode (``fp8`` included; the strategy or fp8 setup owns it).
+        mixed_precision: The precision mode (``fp8`` included); the strategy builds its
+            precision object from it (``strategy.make_precision``).
         gradient_accumulation_steps: The steps the Accelerator asked for (a DeepSpeed config may
             settle another value at ``prepare``; the live count is ``GradientState.num_steps``).
         split_batches: Whether each process's batch is a slice of the loader's batch.
@@ -43,6 +45,8 @@ class RunConfig:
         dynamo_plugin: The ``torch.compile`` settings.
         parallel_mesh: The ``ParallelismConfig`` meshes, else ``None``.
         ddp_settings: ``DistributedDataParallelKwargs`` fields that differ from their defaults.
+        fp8: The fp8 backend and recipe (handlers, launcher, what is installed); disabled unless
+            ``mixed_precision`` is ``fp8``. ``None``: not resolved (fp8 off).
         gradient_state: The live accumulation state this Accelerator shares with its optimizers
             and schedulers (whether this micro-step synchronises); handed down, never looked up.
     """
@@ -60,6 +64,7 @@ class RunConfig:
     ddp_settings: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    fp8: FP8Setup | None = None
 
     def __post_init__(self) -> None:
         # Read-only, whatever mapping was given.

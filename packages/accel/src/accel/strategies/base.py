@@ -39,15 +39,23 @@ class ModelStrategy:
     def make_precision(self, scaler_kwargs: GradScalerKwargs | None = None) -> Precision:
         """The precision object this strategy trains with, for the run's mode (asked once).
 
-        fp8 is built by :func:`accel.fp8.setup.make_fp8_precision` instead, from this strategy's
-        facts (:attr:`shards_with_fsdp2`).
+        fp8 comes from the run's fp8 backend and recipe (:attr:`RunConfig.fp8`), with this
+        strategy's facts (:attr:`shards_with_fsdp2`); the other modes are autocast and, for fp16,
+        loss scaling.
 
         Args:
             scaler_kwargs: The ``GradScalerKwargs`` handler for fp16, if any.
 
         Raises:
-            UnsupportedFeatureError: The mode cannot run on this device.
+            UnsupportedFeatureError: The mode cannot run on this device or with this strategy.
         """
+        fp8 = self.config.fp8
+        if fp8 is not None and fp8.enabled:
+            from accel.fp8.setup import make_fp8_precision
+
+            return make_fp8_precision(
+                fp8, self.state.device, self.config.distributed_type, fsdp2=self.shards_with_fsdp2
+            )
         return make_precision(self.config.mixed_precision, self.state.device, scaler_kwargs)
 
     @property

@@ -125,8 +125,11 @@ class DeepSpeedStrategy(ModelStrategy):
     def make_precision(self, scaler_kwargs: GradScalerKwargs | None = None) -> Precision:
         """Full precision on the Accelerator's side: the engine applies the mode itself.
 
-        The mode reaches the engine through its config's ``fp16``/``bf16`` blocks.
+        The mode reaches the engine through its config's ``fp16``/``bf16`` blocks; fp8 is refused
+        (the base class names the alternatives).
         """
+        if self.config.fp8 is not None and self.config.fp8.enabled:
+            return super().make_precision(scaler_kwargs)
         return Precision(self.state.device)
 
     @property
