@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from accel import Accelerator, DistributedDataParallelKwargs
-from accel.fp8 import AORecipeKwargs
+from accel import Accelerator, DistributedDataParallelKwargs, GradientAccumulationPlugin
 from accel.amp import get_mixed_precision_context_manager
+from accel.errors import AcceleratorConfigError
+from accel.fp8 import AORecipeKwargs
 from accel.precision import AUTOCAST_DTYPES, autocast_dtype, make_precision
 from accel.run_config import RunConfig
 from accel.strategies.fsdp.precision import mixed_precision_dtypes
@@ -39,6 +40,31 @@ def test_the_accelerator_resolves_one_frozen_configuration_and_hands_it_down() -
         config.mixed_precision = PrecisionType.NO  # type: ignore[misc]
     with pytest.raises(TypeError):
         config.ddp_settings["static_graph"] = True  # type: ignore[index]
+
+
+def test_one_rule_for_unset_arguments_the_signature_default_defers(monkeypatch: Any) -> None:
+    """Left at its default, an argument takes the launcher's or dataloader_config's value."""
+    monkeypatch.setenv("ACCEL_GRADIENT_ACCUMULATION_STEPS", "4")
+    monkeypatch.setenv("ACCEL_MIXED_PRECISION", "bf16")
+    reset_state()
+    deferred = Accelerator(cpu=True, gradient_accumulation_steps=1)
+    assert deferred.run_config.gradient_accumulation_steps == 4
+    assert deferred.run_config.mixed_precision is PrecisionType.BF16
+    assert deferred.dataloader_config.split_batches is False
+    reset_state()
+    chosen = Accelerator(
+        cpu=True, gradient_accumulation_steps=2, mixed_precision="no", split_batches=True
+    )
+    assert chosen.run_config.gradient_accumulation_steps == 2
+    assert chosen.run_config.mixed_precision is PrecisionType.NO
+    assert chosen.run_config.split_batches is True
+    reset_state()
+    with pytest.raises(AcceleratorConfigError, match="gradient_accumulation_steps=2 and"):
+        Accelerator(
+            cpu=True,
+            gradient_accumulation_steps=2,
+            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=3),
+        )
 
 
 @pytest.mark.parametrize("mode", ["no", "fp16", "bf16"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -60,7 +62,25 @@ from accel_state import GradientState
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
+#: The default of the data-loading shortcuts (Accelerate's signature uses sentinels there too).
 _UNSET: Any = object()
+#: ``Accelerator(...)`` arguments that fall back to another source (the launcher, the dataloader
+#: configuration) when left unset. One rule decides "unset": the argument holds its default in
+#: the signature (``None``, ``1`` for ``gradient_accumulation_steps``, or the sentinel).
+_DEFERRING_ARGUMENTS = (
+    "mixed_precision",
+    "gradient_accumulation_steps",
+    "split_batches",
+    "even_batches",
+    "dispatch_batches",
+    "use_seedable_sampler",
+)
+_DATALOADER_SHORTCUTS = (
+    "split_batches",
+    "even_batches",
+    "dispatch_batches",
+    "use_seedable_sampler",
+)
 _HANDLER_TYPES = (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -87,7 +107,9 @@ class Accelerator(
             batches (also settable through ``dataloader_config``).
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` (or ``"fp8"`` where supported);
             default: the launcher's setting, else ``"no"``.
-        gradient_accumulation_steps: Micro-steps per optimizer step; default: the launcher's.
+        gradient_accumulation_steps: Micro-steps per optimizer step; left at its default (1),
+            the launcher's value applies. Like every argument that defers to the launcher or to
+            ``dataloader_config``, it counts as set only when it differs from its default.
         cpu: Force the CPU even when an accelerator is present.
         dataloader_config: A :class:`~accel_data.DataLoaderConfiguration`.
         rng_types: Random generators synchronised at each dataloader iteration
@@ -161,6 +183,14 @@ class Accelerator(
         fault_tolerance: FaultTolerancePlugin | None = None,
     ) -> None:
         _refuse_unsupported(megatron_lm_plugin=megatron_lm_plugin)
+        given = _given_arguments(
+            mixed_precision=mixed_precision,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            split_batches=split_batches,
+            even_batches=even_batches,
+            dispatch_batches=dispatch_batches,
+            use_seedable_sampler=use_seedable_sampler,
+        )
         deepspeed_plugin = one_deepspeed_argument(deepspeed_plugin, deepspeed_plugins)
         if logging_dir is not None:
             if project_dir is not None and str(project_dir) != str(logging_dir):
@@ -188,7 +218,7 @@ class Accelerator(
                 )
             dynamo_plugin = TorchDynamoPlugin(backend=dynamo_backend)
         self.state = AcceleratorState(
-            mixed_precision=mixed_precision,
+            mixed_precision=given.get("mixed_precision"),
             cpu=cpu,
             dynamo_plugin=dynamo_plugin,
             deepspeed_plugin=deepspeed_plugin,
@@ -202,24 +232,19 @@ class Accelerator(
         contract = self.state.partial.contract
 
         if gradient_accumulation_plugin is not None:
-            if gradient_accumulation_steps != 1:
+            if "gradient_accumulation_steps" in given:
                 raise AcceleratorConfigError(
                     f"gradient_accumulation_steps={gradient_accumulation_steps} and "
                     "gradient_accumulation_plugin were both given; set num_steps in the plugin only."
                 )
         else:
-            steps = gradient_accumulation_steps
-            if steps == 1:
-                steps = contract.gradient_accumulation_steps
+            steps = given.get("gradient_accumulation_steps", contract.gradient_accumulation_steps)
             gradient_accumulation_plugin = GradientAccumulationPlugin(num_steps=steps)
         self.gradient_state = GradientState(gradient_accumulation_plugin)
 
         self.dataloader_config = _merge_dataloader_options(
             dataloader_config,
-            split_batches=split_batches,
-            even_batches=even_batches,
-            dispatch_batches=dispatch_batches,
-            use_seedable_sampler=use_seedable_sampler,
+            {name: given[name] for name in _DATALOADER_SHORTCUTS if name in given},
         )
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -642,11 +667,37 @@ def _sort_handlers(handlers: Sequence[KwargsHandler]) -> dict[type, KwargsHandle
     return found
 
 
+def _given_arguments(**arguments: Any) -> dict[str, Any]:
+    """The arguments that differ from their default in ``Accelerator``'s signature (set ones).
+
+    Raises:
+        KeyError: An argument not in :data:`_DEFERRING_ARGUMENTS` (a programming error).
+    """
+    defaults = _signature_defaults()
+    return {
+        name: value
+        for name, value in arguments.items()
+        if not (
+            value is defaults[name] or (defaults[name] is not _UNSET and value == defaults[name])
+        )
+    }
+
+
+@functools.cache
+def _signature_defaults() -> dict[str, Any]:
+    parameters = inspect.signature(Accelerator.__init__).parameters
+    return {name: parameters[name].default for name in _DEFERRING_ARGUMENTS}
+
+
 def _merge_dataloader_options(
-    config: DataLoaderConfiguration | None, **shortcuts: Any
+    config: DataLoaderConfiguration | None, changes: dict[str, Any]
 ) -> DataLoaderConfiguration:
+    """``dataloader_config`` (or the defaults) with the shortcut arguments that were set.
+
+    Raises:
+        AcceleratorConfigError: A shortcut contradicts the same field of ``dataloader_config``.
+    """
     base = config or DataLoaderConfiguration()
-    changes = {name: value for name, value in shortcuts.items() if value is not _UNSET}
     if config is not None:
         for name, value in changes.items():
             if getattr(config, name) != value:
