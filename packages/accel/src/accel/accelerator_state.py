@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, ClassVar
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -25,6 +27,8 @@ from accel_state import (
 )
 from accel_state.device_mesh import ParallelMesh, activate
 from accel_state.shared import SharedDict, ThreadLocalSharedDict, do_nothing, shared_dict
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _DATA_PARALLEL_TYPES = (
     DistributedType.MULTI_CPU,
@@ -355,6 +359,27 @@ def current_distributed_type() -> DistributedType | None:
     return AcceleratorState().distributed_type if is_initialized() else None
 
 
+def deepspeed_required(func: F) -> F:
+    """Make ``func`` raise when an Accelerator exists that is not set up for DeepSpeed.
+
+    Raises:
+        AcceleratorConfigError: (when called) the current ``AcceleratorState`` is not DeepSpeed.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kind = current_distributed_type()
+        if kind is not None and kind != DistributedType.DEEPSPEED:
+            raise AcceleratorConfigError(
+                f"{func.__name__} needs DeepSpeed, but the Accelerator runs {kind}: "
+                "create it with deepspeed_plugin=... (or accel launch --use_deepspeed) "
+                "before calling it."
+            )
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def is_initialized() -> bool:
     """Whether an :class:`AcceleratorState` exists in this process (an Accelerator was made)."""
     return "partial" in AcceleratorState._shared_state
@@ -366,6 +391,7 @@ __all__ = [
     "PartialState",
     "SharedDict",
     "ThreadLocalSharedDict",
+    "deepspeed_required",
     "do_nothing",
     "get_int_from_env",
     "is_initialized",

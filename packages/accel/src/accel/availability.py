@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
+from accel.errors import UnsupportedFeatureError
 
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
@@ -344,30 +344,6 @@ def torchao_required(func: F) -> F:
             raise UnsupportedFeatureError(
                 f"{func.__name__} needs torchao, which is not installed: "
                 "pip install 'accel[fp8]' (or pip install torchao)."
-            )
-        return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def deepspeed_required(func: F) -> F:
-    """Make ``func`` raise when an Accelerator exists that is not set up for DeepSpeed.
-
-    Raises:
-        AcceleratorConfigError: (when called) the current ``AcceleratorState`` is not DeepSpeed.
-    """
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from accel.accelerator_state import current_distributed_type
-        from accel_state import DistributedType
-
-        kind = current_distributed_type()
-        if kind is not None and kind != DistributedType.DEEPSPEED:
-            raise AcceleratorConfigError(
-                f"{func.__name__} needs DeepSpeed, but the Accelerator runs {kind}: "
-                "create it with deepspeed_plugin=... (or accel launch --use_deepspeed) "
-                "before calling it."
             )
         return func(*args, **kwargs)
 

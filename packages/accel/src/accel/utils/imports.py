@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from accel.accelerator_state import (
+    deepspeed_required as deepspeed_required,
+)
 from accel.availability import (
     AVAILABILITY_CHECKS as AVAILABILITY_CHECKS,
 )
@@ -10,9 +13,6 @@ from accel.availability import (
 )
 from accel.availability import (
     F as F,
-)
-from accel.availability import (
-    deepspeed_required as deepspeed_required,
 )
 from accel.availability import (
     is_4bit_bnb_available as is_4bit_bnb_available,
