@@ -16,7 +16,7 @@ from torch.distributed.fsdp import (
 )
 
 from accel import AcceleratorConfigError, FullyShardedDataParallelPlugin
-from accel.strategies.fsdp.strategy import _checkpoint_activations, initialize_meta_modules
+from accel.strategies.fsdp.strategy import checkpoint_activations, initialize_meta_modules
 from accel_state.testing import spawn_workers
 
 SIZE, STEPS = 8, 3
@@ -57,7 +57,7 @@ def test_offloaded_checkpointing_gives_the_same_gradients():
     plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     wrapped = torch.nn.Sequential(*(torch.nn.Sequential(m) for m in plain))
     wrapped.load_state_dict({k.replace(".", ".0.", 1): v for k, v in plain.state_dict().items()})
-    _checkpoint_activations(wrapped, list(wrapped), offload=True)
+    checkpoint_activations(wrapped, list(wrapped), offload=True)
     assert {type(m).__name__ for m in wrapped.children()} == {"OffloadWrapper"}
     inputs = torch.randn(5, 4)
     plain(inputs).sum().backward()

@@ -116,10 +116,10 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     Raises:
         AcceleratorConfigError: No FSDP Accelerator, or the policy picks no layers.
     """
-    from accel.strategies.fsdp.strategy import _checkpoint_activations
+    from accel.strategies.fsdp.strategy import checkpoint_activations
 
     strategy = _fsdp_strategy(accelerator, "fsdp2_apply_ac")
-    _checkpoint_activations(model, strategy._layers(model))
+    checkpoint_activations(model, strategy._layers(model))
     return model
 
 

@@ -105,10 +105,10 @@ class FSDPStrategy(ModelStrategy):
             return model
         before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
         if self.fsdp.sync_module_states:
-            _broadcast_from_rank0(model)
+            broadcast_from_rank0(model)
         layers = self._layers(model)
         if self.fsdp.activation_checkpointing:
-            _checkpoint_activations(model, layers, self.fsdp.activation_checkpointing_offload)
+            checkpoint_activations(model, layers, self.fsdp.activation_checkpointing_offload)
         if self.fsdp.fsdp_version == 2:
             if self.fsdp.param_init_fn is not None:
                 initialize_meta_modules(model, self.fsdp.param_init_fn)
@@ -472,7 +472,7 @@ class _IdentityWrapPolicy:
         return True if recurse else id(module) in self._ids
 
 
-def _broadcast_from_rank0(model: torch.nn.Module) -> None:
+def broadcast_from_rank0(model: torch.nn.Module) -> None:
     """Make every rank start from rank 0's parameters and buffers (as DDP does)."""
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
@@ -489,7 +489,7 @@ def initialize_meta_modules(
             param_init_fn(module)
 
 
-def _checkpoint_activations(
+def checkpoint_activations(
     model: torch.nn.Module, layers: list[torch.nn.Module], offload: bool = False
 ) -> None:
     """Recompute the activations of ``layers`` in backward instead of storing them.

@@ -34,8 +34,8 @@ from accel.run_config import RunConfig
 from accel.strategies import grad_norm
 from accel.strategies.fsdp.strategy import (
     FSDPStrategy,
-    _broadcast_from_rank0,
-    _checkpoint_activations,
+    broadcast_from_rank0,
+    checkpoint_activations,
     clean_name,
 )
 from accel.strategies.mesh.tensor_parallel import TensorParallel, is_split
@@ -87,12 +87,12 @@ class MeshStrategy(FSDPStrategy):
             return model
         before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
         if self.fsdp.sync_module_states and not is_split(model):
-            _broadcast_from_rank0(model)
+            broadcast_from_rank0(model)
         if self.tensor_parallel is not None:
             self.tensor_parallel.apply(model)
         layers = self._layers(model)
         if self.fsdp.activation_checkpointing:
-            _checkpoint_activations(model, layers)
+            checkpoint_activations(model, layers)
         plugin = self.config.dynamo_plugin
         if plugin is not None and plugin.enabled and plugin.use_regional_compilation:
             compile_model(model, plugin)
