@@ -1000,12 +1000,14 @@ def api_coverage(session: nox.Session) -> None:
 @nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check; no import cycles; no process-wide state reads in accel's layers."""
+    """ruff lint and format check; no import cycles; no process-wide state reads in accel's layers;
+    Accelerate's module paths (doors) match their one table, ``packages/accel/doors.toml``."""
     session.install("-c", CONSTRAINTS["cpu"], "ruff")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", str(ROOT))
     session.run("python", str(ROOT / "scripts" / "import_cycles.py"))
     session.run("python", str(ROOT / "scripts" / "state_reads.py"))
+    session.run("python", str(ROOT / "scripts" / "doors.py"), "--check")
 
 
 @nox.session(tags=["ci"], allow_parallel=True)

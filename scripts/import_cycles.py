@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Accelerate's module paths in ``accel`` that re-export only (a name ending in ``.*``: every
-#: module below it). Their code lives in the domain modules they import from.
+#: module below it). Their code lives in the domain modules they import from; their names are
+#: written from ``packages/accel/doors.toml`` by ``scripts/doors.py``.
 DOORS = (
     "accel.utils",
     "accel.utils.*",
