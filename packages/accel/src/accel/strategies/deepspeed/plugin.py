@@ -19,6 +19,7 @@ from typing import Any
 
 from accel.errors import AcceleratorConfigError, UnsupportedFeatureError
 from accel.scheduler import AcceleratedScheduler
+from accel.strategies.deepspeed.config import init_config, zero_stage_of
 from accel.strategies.deepspeed.hf_config import HfDeepSpeedConfig
 
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -427,8 +428,6 @@ class DeepSpeedPlugin:
 
     def is_zero3_init_enabled(self) -> bool:
         """Whether models are built sharded under ZeRO-3 (``zero3_init_flag`` and stage 3)."""
-        from accel.strategies.deepspeed.config import zero_stage_of
-
         return bool(self.zero3_init_flag) and zero_stage_of(self) == 3
 
     def zero3_init_context_manager(
@@ -438,8 +437,6 @@ class DeepSpeedPlugin:
 
         Outside ZeRO-3, with the flag off or ``enable=False``, it does nothing.
         """
-        from accel.strategies.deepspeed.config import init_config
-
         if not enable or not self.is_zero3_init_enabled():
             return contextlib.nullcontext()
         deepspeed = import_deepspeed()
