@@ -94,3 +94,34 @@ def test_expectations_need_a_reason(runner):
         runner.parse_expectations(["x.py::T::t"])
     with pytest.raises(SystemExit, match="TEST_ID=REASON"):
         runner.parse_expectations(["x.py::T::t= "])
+
+
+def test_an_unexpected_failure_runs_again_alone_and_only_a_pass_there_is_called_flaky(
+    runner, tmp_path
+):
+    """A test that measured the machine while another session ran beside it passes alone."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    marker = tmp_path / "ran-once"
+    (tests / "test_machine.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import pathlib
+
+            def test_flaky():
+                marker = pathlib.Path({str(marker)!r})
+                first = not marker.exists()
+                marker.touch()
+                assert not first, "fails the first time only"
+
+            def test_broken():
+                assert False, "fails every time"
+            """
+        )
+    )
+    flaky_id, broken_id = "test_machine.py::test_flaky", "test_machine.py::test_broken"
+    first = runner.run_suite(runner.sys.executable, tmp_path, [], "first", [])
+    assert first == {flaky_id: runner.FAILED, broken_id: runner.FAILED}
+    outcomes, flaky = runner.rerun_alone(tmp_path, first, [flaky_id, broken_id], [])
+    assert flaky == [flaky_id]
+    assert outcomes == {flaky_id: runner.PASSED, broken_id: runner.FAILED}
