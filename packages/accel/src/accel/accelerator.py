@@ -67,20 +67,13 @@ _UNSET: Any = object()
 #: ``Accelerator(...)`` arguments that fall back to another source (the launcher, the dataloader
 #: configuration) when left unset. One rule decides "unset": the argument holds its default in
 #: the signature (``None``, ``1`` for ``gradient_accumulation_steps``, or the sentinel).
-_DEFERRING_ARGUMENTS = (
-    "mixed_precision",
-    "gradient_accumulation_steps",
-    "split_batches",
-    "even_batches",
-    "dispatch_batches",
-    "use_seedable_sampler",
-)
 _DATALOADER_SHORTCUTS = (
     "split_batches",
     "even_batches",
     "dispatch_batches",
     "use_seedable_sampler",
 )
+_DEFERRING_ARGUMENTS = ("mixed_precision", "gradient_accumulation_steps", *_DATALOADER_SHORTCUTS)
 _HANDLER_TYPES = (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -251,10 +244,10 @@ class Accelerator(
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.project_configuration = make_project_configuration(project_dir, project_config)
         self.log_with = filter_trackers(log_with, self.logging_dir)
-        #: Everything this Accelerator runs with, resolved once; the strategy, precision and
-        #: checkpoint layers get what they need from it (never from the process-wide state).
         #: fp8's backend and recipe (Accelerate's ``fp8_*`` attributes read it).
         self._fp8 = resolve_fp8(handlers, self.state.mixed_precision, contract)
+        #: Everything this Accelerator runs with, resolved once; the strategy, precision and
+        #: checkpoint layers get what they need from it (never from the process-wide state).
         self.run_config = RunConfig(
             process=self.state.partial,
             distributed_type=self.state.distributed_type,
