@@ -193,6 +193,10 @@ def check_objects(rank, world_size):
     assert gathered == [f"rank{k}" for k in range(world_size) for _ in range(k + 1)]
     assert accel_ops.gather_object(({"r": rank},)) == [{"r": k} for k in range(world_size)]
     assert accel_ops.gather_object([]) == []
+    rows = accel_ops.gather_object(torch.full((rank + 1, 2), rank))  # a tensor: its rows
+    assert [row.tolist() for row in rows] == [
+        [k, k] for k in range(world_size) for _ in range(k + 1)
+    ]
     try:
         accel_ops.gather_object({"rank": rank} if rank == 1 else [rank])
     except accel_ops.UnsupportedTypeError as error:

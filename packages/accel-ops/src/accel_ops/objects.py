@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from accel_ops.errors import UnsupportedTypeError
@@ -17,10 +18,12 @@ def gather_object(object: Any, *, process_group: Any = None) -> Any:
     """Gather a list from every process into one list, ordered by rank.
 
     Each process passes a list (or tuple) of picklable objects; the result is their
-    concatenation, the same on every process. The lists may differ in length.
+    concatenation, the same on every process. The lists may differ in length. A tensor counts
+    as the list of its rows (``gather_for_metrics(tensor, use_gather_object=True)``), as in
+    Accelerate.
 
     Args:
-        object: This process's list of objects.
+        object: This process's list of objects, or a tensor of at least one dimension.
         process_group: A ``torch.distributed`` group to gather over; ``None``: every process.
 
     Returns:
@@ -28,14 +31,14 @@ def gather_object(object: Any, *, process_group: Any = None) -> Any:
 
     Raises:
         UnsupportedTypeError: On every process, when some process passed something other than a
-            list or tuple (wrap a single object: ``gather_object([object])``).
+            list, tuple or tensor (wrap a single object: ``gather_object([object])``).
 
     """
     group = current_group() if process_group is None else describe_group(process_group)
     if group is None or group.world_size == 1:
         return object
     parts = all_gather_objects(object, group)
-    wrong = [rank for rank, part in enumerate(parts) if not isinstance(part, (list, tuple))]
+    wrong = [rank for rank, part in enumerate(parts) if not is_gatherable_sequence(part)]
     if wrong:
         listed = "; ".join(
             f"process {rank} passed a {type(parts[rank]).__name__}" for rank in wrong
@@ -43,10 +46,15 @@ def gather_object(object: Any, *, process_group: Any = None) -> Any:
         raise UnsupportedTypeError(
             "gather_object",
             type(parts[wrong[0]]),
-            "a list or tuple on every process, which it concatenates",
+            "a list, tuple or tensor (its rows) on every process, which it concatenates",
             f"({listed}). Wrap a single object in a list: gather_object([obj]).",
         )
     return [item for part in parts for item in part]
+
+
+def is_gatherable_sequence(part: Any) -> bool:
+    """Whether ``gather_object`` concatenates ``part``: a list, a tuple or a tensor's rows."""
+    return isinstance(part, (list, tuple)) or (isinstance(part, torch.Tensor) and part.dim() > 0)
 
 
 @recorded("gather_objects_by_rank")
