@@ -362,6 +362,7 @@ def resume_job(folder: str) -> dict[str, Any]:
     second, second_optimizer = accelerator.prepare(second, second_optimizer)
     accelerator.load_state(saved)
     got = accelerator.get_state_dict(second)
+    stateless = stateless_optimizer_round_trip(f"{folder}/full_sgd")
     from pathlib import Path
 
     return {
@@ -373,6 +374,31 @@ def resume_job(folder: str) -> dict[str, Any]:
         "full_round_trip": accelerator.is_main_process
         and sorted(got) == sorted(expected)
         and all(torch.equal(got[k], expected[k]) for k in expected),
+        "stateless_round_trip": stateless,
+    }
+
+
+def stateless_optimizer_round_trip(folder: str) -> dict[str, Any]:
+    """FSDP2 FULL_STATE_DICT with plain SGD (no per-parameter state): save, load into another.
+
+    Returns whether the weights came back (rank 0 compares) and the learning rate after loading.
+    """
+    accelerator = _project(folder, fsdp_plugin=plugin(2, state_dict_type="FULL_STATE_DICT"))
+    torch.manual_seed(2)
+    model = TinyLM()
+    model, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.05))
+    saved = accelerator.save_state()
+    expected = accelerator.get_state_dict(model)
+    accelerator = _project(folder, fsdp_plugin=plugin(2, state_dict_type="FULL_STATE_DICT"))
+    torch.manual_seed(3)
+    other = TinyLM()
+    other, other_optimizer = accelerator.prepare(other, torch.optim.SGD(other.parameters(), lr=0.5))
+    accelerator.load_state(saved)
+    got = accelerator.get_state_dict(other)
+    return {
+        "weights": not accelerator.is_main_process
+        or all(torch.equal(got[key], expected[key]) for key in expected),
+        "lr": other_optimizer.param_groups[0]["lr"],
     }
 
 
@@ -407,13 +433,10 @@ def plugin_fields_job(size: int, steps: int) -> dict[str, Any]:
 
     with torch.device("meta"):
         meta_model = make_model()
-    from_meta = train(
-        # device_placement=False: a meta model cannot be moved; param_init_fn gives it storage.
-        fresh(fsdp_plugin=plugin(2, param_init_fn=init), device_placement=False),
-        steps,
-        size,
-        model=meta_model,
-    )
+    # device_placement=False: a meta model cannot be moved; param_init_fn gives it storage.
+    meta_accelerator = fresh(fsdp_plugin=plugin(2, param_init_fn=init), device_placement=False)
+    from_meta = train(meta_accelerator, steps, size, model=meta_model)
+    local_sgd = local_sgd_under_fsdp(meta_accelerator, from_meta["model"])
     return {
         "offloaded": _strip(offloaded),
         "wrappers": wrappers,
@@ -425,4 +448,20 @@ def plugin_fields_job(size: int, steps: int) -> dict[str, Any]:
         ),
         "meta_left": any(p.is_meta for p in from_meta["model"].parameters()),
         "from_meta": _strip(from_meta),
+        "local_sgd": local_sgd,
     }
+
+
+def local_sgd_under_fsdp(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, Any]:
+    """LocalSGD under FSDP: refused when enabled (naming enabled=False), a no-op when disabled."""
+    from accel.errors import UnsupportedFeatureError
+    from accel.local_sgd import LocalSGD
+
+    try:
+        LocalSGD(accelerator, model, local_sgd_steps=2)
+        refused = ""
+    except UnsupportedFeatureError as error:
+        refused = str(error)
+    with LocalSGD(accelerator, model, local_sgd_steps=2, enabled=False) as local_sgd:
+        local_sgd.step()
+    return {"refused": refused, "disabled": not local_sgd.enabled, "steps": local_sgd.num_steps}

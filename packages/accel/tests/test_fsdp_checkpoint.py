@@ -108,3 +108,9 @@ def test_full_state_dict_checkpoint_round_trips_through_rank_zero(runs):
     rank0 = runs["three"][0]
     assert rank0["full_files"] == ["model.safetensors", "optimizer.pt"]
     assert rank0["full_round_trip"] is True
+
+
+def test_a_full_state_dict_of_an_optimizer_without_state_loads_on_fsdp2(runs):
+    # Plain SGD keeps no per-parameter state; torch's full optimizer load cannot place it.
+    for rank in runs["three"]:
+        assert rank["stateless_round_trip"] == {"weights": True, "lr": 0.05}

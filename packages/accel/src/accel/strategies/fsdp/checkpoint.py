@@ -33,6 +33,25 @@ FULL_MODEL_FILE = "model.safetensors"
 FULL_OPTIMIZER_FILE = "optimizer.pt"
 
 
+def restore_param_group_settings(
+    optimizers: Sequence[torch.optim.Optimizer], saved_groups: Sequence[Mapping[str, Any]]
+) -> None:
+    """Set each param group's hyperparameters (``lr``, ``momentum``...) to the saved group's.
+
+    The saved groups are those of ``optimizers`` in order, as torch's full optimizer state dict
+    lists them; their ``params`` (parameter names there) are left alone.
+    """
+    groups = [group for optimizer in optimizers for group in optimizer.param_groups]
+    if len(groups) != len(saved_groups):
+        raise AcceleratorConfigError(
+            f"the checkpoint's optimizer state has {len(saved_groups)} param groups but the "
+            f"prepared optimizers have {len(groups)}; load it into optimizers built like the "
+            "ones that saved it"
+        )
+    for group, saved in zip(groups, saved_groups, strict=True):
+        group.update({key: value for key, value in saved.items() if key != "params"})
+
+
 def current_format_planner() -> Any:
     """A ``torch.distributed.checkpoint`` load planner for checkpoints written by torch >= 2.4.
 
@@ -205,6 +224,13 @@ class FSDPModelState:
         options = StateDictOptions(full_state_dict=full, strict=not self.trainable_only)
         if not self.optimizers:
             set_model_state_dict(self.model, state[MODEL_KEY], options=options)
+            return
+        if full and not state[OPTIMIZER_KEY].get("state"):
+            # Optimizers without per-parameter state (SGD without momentum): torch's full
+            # optimizer load finds no tensor to learn the device from and fails, and there is
+            # nothing to reshard; only the hyperparameters of the param groups come back.
+            set_model_state_dict(self.model, state[MODEL_KEY], options=options)
+            restore_param_group_settings(self.optimizers, state[OPTIMIZER_KEY]["param_groups"])
             return
         set_state_dict(
             self.model,
