@@ -94,3 +94,9 @@ def test_fsdp2_trains_with_offloaded_checkpoints_and_from_a_meta_model(job):
     assert job["initialized"] == job["modules_with_tensors"] > 0
     assert not job["meta_left"]
     assert all(math.isfinite(loss) for loss in job["from_meta"]["losses"])
+
+
+def test_local_sgd_under_fsdp_is_refused_when_enabled_and_a_no_op_when_disabled(job):
+    assert "distributed_type=FSDP" in job["local_sgd"]["refused"]
+    assert "enabled=False" in job["local_sgd"]["refused"]
+    assert job["local_sgd"]["disabled"] and job["local_sgd"]["steps"] == 1

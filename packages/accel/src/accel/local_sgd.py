@@ -19,6 +19,11 @@ _SUPPORTED = (
     DistributedType.MULTI_CPU,
     DistributedType.MULTI_GPU,
     DistributedType.MULTI_XPU,
+    DistributedType.MULTI_NPU,
+    DistributedType.MULTI_MLU,
+    DistributedType.MULTI_MUSA,
+    DistributedType.MULTI_SDAA,
+    DistributedType.MULTI_HPU,
 )
 
 
@@ -42,7 +47,8 @@ class LocalSGD:
         enabled: False turns it into a no-op (plain synchronous training).
 
     Raises:
-        UnsupportedFeatureError: The job is not single-process or DDP (CPU/GPU/XPU).
+        UnsupportedFeatureError: Enabled in a job that is not single-process or DDP (FSDP,
+            DeepSpeed, Megatron-LM, XLA); ``enabled=False`` is accepted there.
         AcceleratorConfigError: ``local_sgd_steps`` is below 1.
     """
 
@@ -53,7 +59,7 @@ class LocalSGD:
         local_sgd_steps: int,
         enabled: bool = True,
     ) -> None:
-        if accelerator.distributed_type not in _SUPPORTED:
+        if enabled and accelerator.distributed_type not in _SUPPORTED:
             raise UnsupportedFeatureError(
                 f"LocalSGD supports single-process and DDP jobs, not distributed_type="
                 f"{accelerator.distributed_type.value}; pass enabled=False or use plain DDP."
