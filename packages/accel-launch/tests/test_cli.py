@@ -171,8 +171,10 @@ def test_env_report(tmp_path):
     config.write_text("num_processes: 2\nfsdp_config:\n  fsdp_version: 2\n")
     result = run(accel_cmd("env", "--config_file", str(config)), timeout=60)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Copy-and-paste the text below in a new issue")
     for needle in (
         "`accel-launch` version",
+        "`accel-ckpt` version",
         "PyTorch version",
         "Platform",
         "System RAM",
@@ -181,6 +183,16 @@ def test_env_report(tmp_path):
         "\t\t- fsdp_version: 2",
     ):
         assert needle in result.stdout
+
+
+def test_env_report_names_the_issue_tracker_from_the_package_metadata():
+    from accel_launch.commands.env import issue_tracker
+
+    urls = ["Homepage, https://example.org/accel", "Issues, https://example.org/accel/issues"]
+    assert issue_tracker(urls) == "https://example.org/accel/issues"
+    assert issue_tracker(["Bug Tracker, https://example.org/bugs"]) == "https://example.org/bugs"
+    assert issue_tracker(["Homepage, https://example.org/accel"]) is None
+    assert issue_tracker([]) is None
 
 
 def test_accel_test_passes_on_two_cpu_processes(tmp_path):

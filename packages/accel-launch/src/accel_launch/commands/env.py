@@ -116,11 +116,47 @@ def _network_line(config_file: str | None) -> str:
     )
 
 
+#: accel's distributions, each reported with its version ("not installed" when absent).
+ACCEL_DISTRIBUTIONS = (
+    "accel",
+    "accel-launch",
+    "accel-state",
+    "accel-ops",
+    "accel-data",
+    "accel-ckpt",
+)
+#: The ``Project-URL`` labels of accel-launch's metadata that name the issue tracker.
+ISSUE_URL_LABELS = ("issues", "bug tracker", "tracker", "bugs")
+
+
+def issue_tracker(project_urls: list[str]) -> str | None:
+    """The issue tracker's address among ``Project-URL`` entries (``"Label, address"``), if any."""
+    for entry in project_urls:
+        label, _, address = entry.partition(",")
+        if label.strip().lower() in ISSUE_URL_LABELS and address.strip():
+            return address.strip()
+    return None
+
+
+def report_header() -> str:
+    """Where to paste the report: the tracker named in accel-launch's metadata, or how to find it."""
+    try:
+        urls = importlib.metadata.metadata("accel-launch").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    address = issue_tracker(urls)
+    if address is not None:
+        return f"Copy-and-paste the text below in a new issue at {address}"
+    return (
+        "Copy-and-paste the text below in a new issue on the issue tracker of the repository "
+        "you installed accel from (accel-launch's package metadata names no tracker)"
+    )
+
+
 def env_report(config_file: str | None = None) -> str:
     """The report as text: a markdown list."""
     items = [
-        f"`accel-launch` version: {_version('accel-launch')}",
-        f"`accel-state` version: {_version('accel-state')}",
+        *(f"`{name}` version: {_version(name)}" for name in ACCEL_DISTRIBUTIONS),
         f"`accel` executable: {shutil.which('accel') or 'not on PATH'}",
         f"Platform: {platform.platform()}",
         f"Python version: {sys.version.split()[0]} ({sys.executable})",
@@ -133,7 +169,7 @@ def env_report(config_file: str | None = None) -> str:
         *_config_lines(config_file),
     ]
     body = [item if item.startswith("\t") else f"- {item}" for item in items]
-    return "\n".join(["Copy-and-paste the text below in your GitHub issue", "", *body])
+    return "\n".join([report_header(), "", *body])
 
 
 def env_command(args: argparse.Namespace) -> int:

@@ -30,8 +30,14 @@ def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def _accelerate_keys() -> dict[str, str]:
     """The report's facts under the keys of Accelerate's ``env_command`` dict."""
-    import numpy
+    import importlib.metadata
+
     import torch
+
+    try:
+        numpy_version = importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        numpy_version = "not installed"
 
     if torch.cuda.is_available():
         accelerator = "CUDA"
@@ -47,7 +53,7 @@ def _accelerate_keys() -> dict[str, str]:
         # The command-line tool that plays `accelerate`'s part: accel's `accel`.
         "`accelerate` bash location": which("accel") or "Not found",
         "Python version": platform.python_version(),
-        "Numpy version": numpy.__version__,
+        "Numpy version": numpy_version,
         "PyTorch version": torch.__version__,
         "PyTorch accelerator": accelerator,
     }
