@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import html
 import importlib
+import inspect
 import json
 import pathlib
 import re
@@ -25,6 +26,10 @@ from typing import Any
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from docs_members import is_class, methods_and_properties  # noqa: E402  (a sibling script)
+
 API_MODULES = (
     "accel",
     "accel.utils",
@@ -121,6 +126,8 @@ def problems(site: pathlib.Path) -> tuple[int, list[str]]:
             for name in names
             if f"<code>{name}</code>" not in text
         ]
+    missing += member_problems(site)
+    missing += error_index_problems(site)
     index = json.loads((site / "search" / "search_index.json").read_text())
     searched = {re.sub(r"#.*", "", doc["location"]) for doc in index["docs"]}
     built = sorted(site.rglob("index.html"))
@@ -129,6 +136,61 @@ def problems(site: pathlib.Path) -> tuple[int, list[str]]:
         if location not in searched:
             missing.append(f"the search index lacks the page {location or 'index'}")
     return len(built), missing
+
+
+def public_classes() -> dict[str, type]:
+    """Every public class of accel's API pages by the dotted path mkdocstrings renders it under."""
+    found: dict[str, type] = {}
+    for module_name in API_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if is_class(obj) and "<locals>" not in obj.__qualname__:
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+def member_problems(site: pathlib.Path) -> list[str]:
+    """Public methods and properties (inherited ones included) missing from the API pages.
+
+    Each must be rendered under its class, with a docstring. Prints how many are.
+    """
+    pages = "".join(path.read_text() for path in (site / "reference" / "api").rglob("*.html"))
+    problems, total = [], 0
+    for path, cls in sorted(public_classes().items()):
+        for name in methods_and_properties(cls):
+            total += 1
+            if f'id="{path}.{name}"' not in pages:
+                problems.append(f"the API reference does not render {path}.{name}")
+            elif not inspect.getdoc(getattr(cls, name, None)):
+                problems.append(f"{path}.{name} has no docstring")
+    print(f"docs: {total - len(problems)} of {total} public methods and properties documented")
+    return problems
+
+
+def error_index_problems(site: pathlib.Path) -> list[str]:
+    """Exception classes of the packages' ``errors`` modules missing from the error index."""
+    text = page_text(site, "reference/errors.md")
+    problems = []
+    for package in (
+        "accel_state",
+        "accel_ops",
+        "accel_data",
+        "accel_ckpt",
+        "accel_launch",
+        "accel",
+    ):
+        errors = importlib.import_module(f"{package}.errors")
+        for name, obj in vars(errors).items():
+            defined_here = inspect.isclass(obj) and obj.__module__ == errors.__name__
+            an_error = defined_here and name == obj.__name__ and issubclass(obj, Exception)
+            if (
+                an_error
+                and not issubclass(obj, Warning)
+                and f"{errors.__name__}.{name}" not in text
+            ):
+                problems.append(f"reference/errors.md lacks {errors.__name__}.{name}")
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,8 @@ the build only, never into ``docs/``:
   packages read; a variable named in the sources without a meaning here fails the build;
 * ``reference/api/<package>.md``: every name of each package's ``__all__``, rendered by
   mkdocstrings from the docstrings, with the Accelerate path it answers to;
+* ``reference/errors.md``: every exception class and every message the packages raise
+  (``scripts/error_index.py``);
 * ``reference/accelerate-coverage.md``: ``scripts/api_coverage.py``'s comparison with Accelerate;
 * ``benchmarks-results.md``: ``benchmarks/RESULTS.md``, the last complete benchmark run.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import html
 import importlib
 import inspect
 import os
@@ -37,7 +40,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import api_coverage  # noqa: E402  (sibling scripts, found through the path above)
+from docs_members import inherited_public_names  # noqa: E402
 from docs_rst_roles import plain_roles  # noqa: E402
+from error_index import collect as collect_errors  # noqa: E402
+from error_index import render as render_errors  # noqa: E402
 
 #: Import name and distribution of each package, in dependency order: a name is rendered on the
 #: first page that lists it (the package that defines it), and later pages link there.
@@ -64,6 +70,11 @@ OTHER_VARIABLES = {
 }
 #: Variables that only accel's own test helpers read; not documented for users.
 TEST_VARIABLE = re.compile(r"ACCEL_(TEST|CKPT_TEST)_\w+")
+
+
+def breakable_code(path: str) -> str:
+    """A dotted path as inline code that a narrow table cell wraps after its dots only."""
+    return "<code>" + ".<wbr>".join(html.escape(part) for part in path.split(".")) + "</code>"
 
 
 def cell(text: str) -> str:
@@ -347,7 +358,7 @@ def api_row(
     rendered it. Constants show their value; factory-made functions their summary.
     """
     paths = index.paths(name, obj)
-    accelerate = f"`{paths[0]}`" if paths else "—"
+    accelerate = breakable_code(paths[0]) if paths else "—"
     if len(paths) > 1:
         accelerate += f" (+{len(paths) - 1})"
     kind = kind_of(obj)
@@ -369,12 +380,13 @@ def api_page(package: str, placed: dict[str, str], index: AccelerateIndex) -> st
     """
     module = importlib.import_module(package)
     names = sorted((name for name in module.__all__ if name != "__version__"), key=str.lower)
-    rows, rendered = [], []
+    rows, rendered = [], {}
     for name in names:
-        row, target = api_row(name, getattr(module, name), placed, index)
+        obj = getattr(module, name)
+        row, target = api_row(name, obj, placed, index)
         rows.append(row)
         if target is not None and target not in rendered:
-            rendered.append(target)
+            rendered[target] = obj
             placed[target] = package
     lines = [
         f"# `{package}`",
@@ -390,9 +402,21 @@ def api_page(package: str, placed: dict[str, str], index: AccelerateIndex) -> st
         *rows,
         "",
     ]
-    for target in rendered:
-        lines += [f"::: {target}", ""]
+    for target, obj in rendered.items():
+        lines += [*render_directive(target, obj), ""]
     return "\n".join(lines)
+
+
+def render_directive(target: str, obj: Any) -> list[str]:
+    """The mkdocstrings directive rendering ``target``, with what a class inherits from our bases.
+
+    mkdocstrings renders a class's own members; the public ones it inherits from accel's classes
+    (the ``Accelerator``'s mixins) are named so that they are rendered too, with their docstrings.
+    """
+    inherited = inherited_public_names(obj) if inspect.isclass(obj) else []
+    if not inherited:
+        return [f"::: {target}"]
+    return [f"::: {target}", "    options:", f"      inherited_members: {inherited!r}"]
 
 
 # --- pages --------------------------------------------------------------------------------------
@@ -410,6 +434,7 @@ def main() -> None:
     write("reference/cli.md", cli_page())
     write("reference/config-keys.md", config_page())
     write("reference/environment.md", environment_page())
+    write("reference/errors.md", render_errors(collect_errors()))
     version, entries = api_coverage.collect()
     index = accelerate_index(entries)
     placed: dict[str, str] = {}

@@ -1,0 +1,142 @@
+"""Every code block of the docs and READMEs: marked, parsing, and each program run as written.
+
+``scripts/docs_code_blocks.py`` finds and checks the blocks; these tests run it over the
+repository (one test per program, under ``accel launch`` where the block says so) and check the
+checker itself on small pages written here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_checker() -> ModuleType:
+    """``scripts/docs_code_blocks.py`` as a module."""
+    path = ROOT / "scripts" / "docs_code_blocks.py"
+    spec = importlib.util.spec_from_file_location("docs_code_blocks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+checker = load_checker()
+BLOCKS = checker.all_blocks()
+START_PAGE = ROOT / "docs" / "start.md"
+
+
+def first_python_block(page: Path):
+    """The first python block of ``page`` (None without one)."""
+    return next((block for block in checker.parse_blocks(page) if block.language == "python"), None)
+
+
+START_PROGRAM = first_python_block(START_PAGE)
+# The start page's program runs in test_the_start_page_program_saves_and_a_second_launch_resumes.
+PROGRAMS = [block for block in BLOCKS if block.runnable and block != START_PROGRAM]
+
+
+def test_every_block_is_marked_and_parses() -> None:
+    found = [
+        f"{block.where}: {problem}" for block in BLOCKS for problem in checker.problems_of(block)
+    ]
+    assert not found, "\n".join(found)
+    counted = checker.counts(BLOCKS)
+    print(f"docs code blocks: {len(BLOCKS)} {counted}")
+    assert len(PROGRAMS) >= 10, f"only {len(PROGRAMS)} docs blocks are programs CI runs"
+
+
+@pytest.mark.parametrize("page", ["docs/start.md", "README.md"])
+def test_the_first_python_block_is_a_complete_program(page: str) -> None:
+    first = first_python_block(ROOT / page)
+    assert first is not None, f"{page} has no python block"
+    assert first.kind == "launch", f"{first.where} is {first.kind}: the first loop must run"
+    assert "save_state(" in first.text and "load_state(" in first.text, first.where
+
+
+def test_the_start_page_program_saves_and_a_second_launch_resumes(tmp_path: Path) -> None:
+    # As the page tells a reader: `accel launch ... train.py`, then `... train.py 4`.
+    first = checker.run_block(START_PROGRAM, folder=tmp_path)
+    assert not first.problems, f"{'; '.join(first.problems)}\n{first.output[-3000:]}"
+    assert (tmp_path / "runs" / "checkpoints" / "checkpoint_1").is_dir()
+    resumed = checker.run_block(
+        START_PROGRAM,
+        folder=tmp_path,
+        arguments=["4"],
+        expect=r"resumed from runs/checkpoints/checkpoint_1 at epoch 2\n(.|\n)*epoch 3: accuracy",
+    )
+    assert not resumed.problems, f"{'; '.join(resumed.problems)}\n{resumed.output[-3000:]}"
+    assert "resumed from runs/checkpoints/checkpoint_1 at epoch 2" in START_PAGE.read_text()
+
+
+@pytest.mark.parametrize("block", PROGRAMS, ids=[block.where for block in PROGRAMS])
+def test_docs_program_runs_as_written(block) -> None:
+    result = checker.run_block(block)
+    tail = "\n".join(result.output.splitlines()[-40:])
+    assert not result.problems, f"{block.where}: {'; '.join(result.problems)}\n{tail}"
+
+
+# --- the checker itself ----------------------------------------------------------------------
+
+
+def blocks_of(tmp_path: Path, markdown: str) -> list:
+    page = tmp_path / "page.md"
+    page.write_text(markdown)
+    return list(checker.parse_blocks(page))
+
+
+def test_an_unmarked_python_block_and_an_untitled_fragment_are_problems(tmp_path: Path) -> None:
+    unmarked, untitled, titled = blocks_of(
+        tmp_path,
+        "```python\nx = 1\n```\n\n<!-- check: fragment -->\n```python\nx = 1\n```\n\n"
+        '<!-- check: fragment -->\n```python title="Fragment: x comes from above"\ny = x\n```\n',
+    )
+    assert "needs a mark" in " ".join(checker.problems_of(unmarked))
+    assert "fence title" in " ".join(checker.problems_of(untitled))
+    assert checker.problems_of(titled) == []
+    assert titled.title == "Fragment: x comes from above"
+
+
+def test_blocks_that_do_not_parse_are_problems(tmp_path: Path) -> None:
+    python, bash, yaml_block, fine = blocks_of(
+        tmp_path,
+        '<!-- check: fragment -->\n```python title="Fragment"\ndef f(:\n```\n'
+        "```bash\nif then fi (\n```\n```yaml\nkey: [unclosed\n```\n```bash\necho ok\n```\n",
+    )
+    assert "does not parse" in " ".join(checker.problems_of(python))
+    assert "bash -n" in " ".join(checker.problems_of(bash))
+    assert "does not parse" in " ".join(checker.problems_of(yaml_block))
+    assert checker.problems_of(fine) == []
+
+
+def test_an_indented_block_in_a_list_is_read_without_its_indent(tmp_path: Path) -> None:
+    (block,) = blocks_of(
+        tmp_path,
+        '1. Run it:\n\n    <!-- check: run expect="^42$" -->\n    ```python\n    print(6 * 7)\n'
+        "    ```\n",
+    )
+    assert (block.kind, block.expect, block.text) == ("run", "^42$", "print(6 * 7)\n")
+    assert checker.problems_of(block) == []
+
+
+def test_a_program_must_exit_zero_and_print_what_it_expects(tmp_path: Path) -> None:
+    passing, wrong_output, crashing, no_expect = blocks_of(
+        tmp_path,
+        '<!-- check: run expect="^sum 6$" -->\n```python\nprint("sum", 1 + 2 + 3)\n```\n'
+        '<!-- check: run expect="^sum 7$" -->\n```python\nprint("sum", 1 + 2 + 3)\n```\n'
+        '<!-- check: run expect="never" -->\n```python\nraise SystemExit(3)\n```\n'
+        "<!-- check: launch 2 -->\n```python\nprint()\n```\n",
+    )
+    assert checker.run_block(passing).problems == []
+    assert checker.run_block(wrong_output).problems == [
+        "the output does not match expect='^sum 7$'"
+    ]
+    assert "exited with 3" in checker.run_block(crashing).problems
+    assert "needs expect" in " ".join(checker.problems_of(no_expect))
