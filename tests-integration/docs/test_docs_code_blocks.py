@@ -8,7 +8,9 @@ checker itself on small pages written here.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -38,9 +40,46 @@ def first_python_block(page: Path):
     return next((block for block in checker.parse_blocks(page) if block.language == "python"), None)
 
 
+def program_key(block) -> tuple[str, str, int, str]:
+    """What makes two blocks the same program: text, how it is run, and its file name."""
+    return (block.text, block.kind, block.processes, block.title)
+
+
 START_PROGRAM = first_python_block(START_PAGE)
-# The start page's program runs in test_the_start_page_program_saves_and_a_second_launch_resumes.
-PROGRAMS = [block for block in BLOCKS if block.runnable and block != START_PROGRAM]
+# Blocks that are the same program (a README repeating a docs page) run once, and each block's
+# expect is checked against that run. The start page's program runs (twice) in
+# test_the_start_page_program_saves_and_a_second_launch_resumes.
+SAME_PROGRAM: dict[tuple[str, str, int, str], list] = {}
+for _block in BLOCKS:
+    if _block.runnable:
+        SAME_PROGRAM.setdefault(program_key(_block), []).append(_block)
+START_BLOCKS = SAME_PROGRAM.pop(program_key(START_PROGRAM), [])
+PROGRAMS = list(SAME_PROGRAM.values())
+
+
+def expect_problems(blocks: list, output: str) -> list[str]:
+    """Each block whose expect regex the output does not match."""
+    return [
+        f"{block.where}: the output does not match expect={block.expect!r}"
+        for block in blocks
+        if not re.search(block.expect or "", output, re.MULTILINE)
+    ]
+
+
+@pytest.fixture(scope="module")
+def program_runs() -> dict[tuple[str, str, int, str], object]:
+    """Every distinct docs program, run two at a time, each in an empty folder.
+
+    Two at a time: beside a session that mostly waits (slurm, ft, ray) one of CI's two cores is
+    idle. Each program keeps its own hard timeout.
+    """
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # expect="": the blocks' own expect regexes are checked by each test, per block.
+        futures = {
+            key: pool.submit(checker.run_block, blocks[0], expect="")
+            for key, blocks in SAME_PROGRAM.items()
+        }
+        return {key: future.result() for key, future in futures.items()}
 
 
 def test_every_block_is_marked_and_parses() -> None:
@@ -50,7 +89,7 @@ def test_every_block_is_marked_and_parses() -> None:
     assert not found, "\n".join(found)
     counted = checker.counts(BLOCKS)
     print(f"docs code blocks: {len(BLOCKS)} {counted}")
-    assert len(PROGRAMS) >= 10, f"only {len(PROGRAMS)} docs blocks are programs CI runs"
+    assert len(PROGRAMS) >= 10, f"only {len(PROGRAMS)} docs programs are run by CI"
 
 
 @pytest.mark.parametrize("page", ["docs/start.md", "README.md"])
@@ -63,8 +102,9 @@ def test_the_first_python_block_is_a_complete_program(page: str) -> None:
 
 def test_the_start_page_program_saves_and_a_second_launch_resumes(tmp_path: Path) -> None:
     # As the page tells a reader: `accel launch ... train.py`, then `... train.py 4`.
-    first = checker.run_block(START_PROGRAM, folder=tmp_path)
-    assert not first.problems, f"{'; '.join(first.problems)}\n{first.output[-3000:]}"
+    first = checker.run_block(START_PROGRAM, folder=tmp_path, expect="")
+    problems = first.problems + expect_problems(START_BLOCKS, first.output)  # the README's too
+    assert not problems, f"{'; '.join(problems)}\n{first.output[-3000:]}"
     assert (tmp_path / "runs" / "checkpoints" / "checkpoint_1").is_dir()
     resumed = checker.run_block(
         START_PROGRAM,
@@ -76,11 +116,14 @@ def test_the_start_page_program_saves_and_a_second_launch_resumes(tmp_path: Path
     assert "resumed from runs/checkpoints/checkpoint_1 at epoch 2" in START_PAGE.read_text()
 
 
-@pytest.mark.parametrize("block", PROGRAMS, ids=[block.where for block in PROGRAMS])
-def test_docs_program_runs_as_written(block) -> None:
-    result = checker.run_block(block)
+@pytest.mark.parametrize(
+    "blocks", PROGRAMS, ids=[" = ".join(block.where for block in blocks) for blocks in PROGRAMS]
+)
+def test_docs_program_runs_as_written(blocks: list, program_runs: dict) -> None:
+    result = program_runs[program_key(blocks[0])]
+    problems = result.problems + expect_problems(blocks, result.output)
     tail = "\n".join(result.output.splitlines()[-40:])
-    assert not result.problems, f"{block.where}: {'; '.join(result.problems)}\n{tail}"
+    assert not problems, f"{blocks[0].where}: {'; '.join(problems)}\n{tail}"
 
 
 # --- the checker itself ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from accel.errors import AcceleratorConfigError, PreparationError, UnsupportedFe
 from accel.fault_tolerance import FaultTolerance
 from accel.fp8.recipes import FP8_HANDLER_TYPES
 from accel.fp8.setup import FP8AttributesMixin, resolve_fp8
+from accel.kernel_check import check_os_kernel
 from accel.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -279,6 +280,7 @@ class Accelerator(
         )
         #: Per-step fault tolerance across replica groups (``None``: not a replica-group job).
         self.replica_training = None if plugin is None else ReplicaGroupTraining(plugin, self)
+        check_os_kernel()  # warns on Linux kernels older than 5.5, as Accelerate's does
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, *args: Any, device_placement: Sequence[bool | None] | None = None) -> Any:
