@@ -28,7 +28,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from docs_members import is_class, methods_and_properties  # noqa: E402  (a sibling script)
+from docs_members import OUR_PACKAGES, is_class, methods_and_properties  # noqa: E402  (a sibling script)
 
 API_MODULES = (
     "accel",
@@ -172,14 +172,7 @@ def error_index_problems(site: pathlib.Path) -> list[str]:
     """Exception classes of the packages' ``errors`` modules missing from the error index."""
     text = page_text(site, "reference/errors.md")
     problems = []
-    for package in (
-        "accel_state",
-        "accel_ops",
-        "accel_data",
-        "accel_ckpt",
-        "accel_launch",
-        "accel",
-    ):
+    for package in OUR_PACKAGES:
         errors = importlib.import_module(f"{package}.errors")
         for name, obj in vars(errors).items():
             defined_here = inspect.isclass(obj) and obj.__module__ == errors.__name__

@@ -37,6 +37,8 @@ from collections.abc import Iterator, Sequence
 
 import yaml
 
+from accel_state.testing.environ import without_launcher_variables
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: Each program's hard limit, for hangs (a docs program finishes in seconds).
 RUN_TIMEOUT_SECONDS = 300
@@ -205,12 +207,15 @@ def accel_script() -> str:
 
 
 def program_environment() -> dict[str, str]:
-    """The environment a docs program runs in: CPU only, one thread, no launcher variables."""
+    """The environment a docs program runs in: CPU only, one thread, no launcher variables.
+
+    Neither accel's nor Accelerate's settings variables pass either: the program runs as a
+    reader's would, on its own settings.
+    """
     inherited = {
         name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("ACCEL_", "ACCELERATE_", "LOCAL_RANK", "RANK", "WORLD_SIZE"))
-        and name not in ("MASTER_ADDR", "MASTER_PORT")
+        for name, value in without_launcher_variables(os.environ).items()
+        if not name.startswith("ACCELERATE_")
     }
     return {
         **inherited,
@@ -278,9 +283,15 @@ def run_block(
     problems = []
     if done.returncode:
         problems.append(f"exited with {done.returncode}")
-    if expect and not re.search(expect, output, re.MULTILINE):
-        problems.append(f"the output does not match expect={expect!r}")
+    problems += expect_problems(expect, output)
     return RunResult(problems, output, seconds)
+
+
+def expect_problems(expect: str | None, output: str) -> list[str]:
+    """What is wrong with ``output`` against the ``expect`` regex (nothing without one)."""
+    if expect and not re.search(expect, output, re.MULTILINE):
+        return [f"the output does not match expect={expect!r}"]
+    return []
 
 
 def counts(blocks: list[CodeBlock]) -> dict[str, int]:

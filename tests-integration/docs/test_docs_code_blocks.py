@@ -8,7 +8,6 @@ checker itself on small pages written here.
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,9 +59,9 @@ PROGRAMS = list(SAME_PROGRAM.values())
 def expect_problems(blocks: list, output: str) -> list[str]:
     """Each block whose expect regex the output does not match."""
     return [
-        f"{block.where}: the output does not match expect={block.expect!r}"
+        f"{block.where}: {problem}"
         for block in blocks
-        if not re.search(block.expect or "", output, re.MULTILINE)
+        for problem in checker.expect_problems(block.expect, output)
     ]
 
 
