@@ -376,6 +376,16 @@ def test_ddp_comm_hook_settings_are_validated():
 
 
 # ---------------------------------------------------------------- profile, LocalSGD, test_utils
+def test_power_sgd_without_numpy_is_a_clear_error(monkeypatch):
+    from accel.kwargs_handlers import DDPCommunicationHookType
+    from accel.strategies.ddp.comm_hooks import require_numpy_for
+
+    require_numpy_for(DDPCommunicationHookType.POWER_SGD)  # numpy is installed here
+    monkeypatch.setitem(sys.modules, "numpy", None)  # as on a plain install: not importable
+    with pytest.raises(AcceleratorConfigError, match=r"comm_hook='power_sgd'.*pip install numpy"):
+        require_numpy_for(DDPCommunicationHookType.POWER_SGD)
+
+
 def test_profile_runs_the_schedule_and_calls_on_trace_ready():
     ready = []
     handler = ProfileKwargs(

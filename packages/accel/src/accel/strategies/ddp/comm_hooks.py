@@ -8,9 +8,26 @@ from typing import Any
 
 from torch.nn.parallel import DistributedDataParallel
 
+from accel.errors import AcceleratorConfigError
 from accel.kwargs_handlers import DDPCommunicationHookType
 
 COMM_HOOK_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
+def require_numpy_for(kind: DDPCommunicationHookType) -> None:
+    """Refuse a PowerSGD hook when numpy is missing: torch's PowerSGD state imports it.
+
+    Raises:
+        AcceleratorConfigError: numpy is not installed (torch does not depend on it).
+    """
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise AcceleratorConfigError(
+            f"DistributedDataParallelKwargs(comm_hook={kind.value!r}): torch's PowerSGD hook "
+            "needs numpy, which is not installed. Install it (pip install numpy), or use "
+            "comm_hook='fp16' or 'bf16', which do not."
+        ) from None
 
 
 @dataclasses.dataclass
@@ -40,6 +57,7 @@ class CommHook:
         elif kind == DDPCommunicationHookType.BF16:
             hook = default_hooks.bf16_compress_hook
         else:
+            require_numpy_for(kind)
             state = powerSGD_hook.PowerSGDState(process_group=None, **self.comm_state_option)
             hook = (
                 powerSGD_hook.powerSGD_hook
