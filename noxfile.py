@@ -365,14 +365,14 @@ def fail_on_compiled_extensions(session: nox.Session) -> None:
 
 @nox.session(python=False, allow_parallel=True)
 @nox.parametrize(
-    "release", [nox.param(name, tags=["ci"]) for name in ["pinned", "newest", "oldest"]]
+    "release", [nox.param(name, tags=["ci"]) for name in ["pinned", "newest", "middle", "oldest"]]
 )
 @timed
 def deepspeed_ops(session: nox.Session, release: str) -> None:
     """Build DeepSpeed's CPU ops into a wheel once, for the torch the sessions install.
 
-    ``pinned`` is ``constraints/cpu.txt``'s torch (every ops DeepSpeed's tests use); ``newest``
-    and ``oldest`` are the torch_versions legs' releases (the ops their subset loads). Defined
+    ``pinned`` is ``constraints/cpu.txt``'s torch (every ops DeepSpeed's tests use); ``newest``,
+    ``middle`` and ``oldest`` are the torch_versions legs' releases (the ops their subset loads). Defined
     first, so CI builds them before the sessions that install DeepSpeed; each of those builds
     its wheel itself when run alone (see ``deepspeed_wheel``).
     """
@@ -613,6 +613,25 @@ PEER_UNIT_DEPENDENCIES = [
     "psutil",
     "torchdata",
 ]
+# Tests of the unit suite that pass on Accelerate and fail on accel only on an older torch, by
+# release, each with its reason (the same rules as PEER_UNIT_EXPECTED_FAILURES).
+PEER_UNIT_EXPECTED_FAILURES_BY_RELEASE: dict[str, dict[str, str]] = {
+    "oldest": {
+        f"test_dataclasses.py::TestParallelismConfig::test_build_device_mesh[{case}]": (
+            "docs/reference/torch-versions.md: accel refuses device meshes below torch 2.6 "
+            "(2.9 on the CPU) before building one (gate device_mesh); the test replaces torch's "
+            "init_device_mesh with a stand-in, which Accelerate builds on any torch"
+        )
+        for case in (
+            "8-1-1-1-expected_shape0-expected_dim_names0",
+            "1-8-1-1-expected_shape1-expected_dim_names1",
+            "2-4-1-1-expected_shape2-expected_dim_names2",
+            "1-4-2-1-expected_shape3-expected_dim_names3",
+            "2-2-2-1-expected_shape4-expected_dim_names4",
+            "1-1-8-1-expected_shape5-expected_dim_names5",
+        )
+    },
+}
 # Added to cpu_env(session) for the peer sessions: the Hugging Face libraries stay offline.
 PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
@@ -674,15 +693,18 @@ def side_venv_python(
     return str(python)
 
 
-def peer_baseline_python(session: nox.Session) -> str:
-    """Accelerate 1.15.0 with the same test dependencies as the peer venv."""
+def peer_baseline_python(
+    session: nox.Session, constraints: str = CONSTRAINTS["cpu"], release: str = "pinned"
+) -> str:
+    """Accelerate 1.15.0 with the same test dependencies (and torch) as the peer venv."""
     requirements = [
         "torch",
         "accelerate==1.15.0",
         *PEER_SCRIPT_DEPENDENCIES,
         *PEER_UNIT_DEPENDENCIES,
     ]
-    return side_venv_python(session, PEER_BASELINE_VENV, requirements)
+    venv = PEER_BASELINE_VENV if release == "pinned" else Path(f"{PEER_BASELINE_VENV}-{release}")
+    return side_venv_python(session, venv, requirements, constraints)
 
 
 # The Hugging Face libraries whose users run on accel through `accel launch --as-accelerate`,
@@ -766,7 +788,14 @@ def ray(session: nox.Session) -> None:
 # PyPI (bump it when a new one ships) and the oldest the packages declare (every pyproject's
 # `torch>=`, checked by the session). Their PyPI Linux wheels are multi-GB CUDA builds: uv keeps
 # them in its cache and hard-links them into the venvs, as for the xla legs; GPUs stay hidden.
-TORCH_RELEASES = {"newest": "torch-newest.txt", "oldest": "torch-oldest.txt"}
+TORCH_RELEASES = {
+    "newest": "torch-newest.txt",
+    "middle": "torch-middle.txt",
+    "oldest": "torch-oldest.txt",
+}
+# torchft 0.2.0 (accel-launch[test] -> accel-state[ft]) needs torch 2.7, as the replica_groups
+# gate of accel_state.torch_compat says: legs on an older torch install accel-launch without it.
+TORCHFT_MIN_TORCH = (2, 7)
 TORCH_SUBSET = ROOT / "constraints" / "torch-versions-subset.txt"
 # The DeepSpeed ops the subset's ZeRO runs load (they use torch's optimizers): built into the
 # DeepSpeed wheel of each release by the deepspeed_ops sessions.
@@ -822,6 +851,46 @@ def torch_subset_groups() -> dict[Path, list[str]]:
     return groups
 
 
+def release_numbers(version: str) -> tuple[int, ...]:
+    """``(2, 4, 1)`` for ``"2.4.1+cpu"``."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def venv_torch(session: nox.Session) -> str | None:
+    """The torch version (no local part) the session's venv holds; ``None`` under --install-only."""
+    found = session.run(
+        "python", "-c", "import torch; print(torch.__version__)", silent=True, env=cpu_env(session)
+    )
+    return None if found is None else str(found).strip().splitlines()[-1].split("+")[0]
+
+
+def pip_install_keeps_torch(session: nox.Session, release: str, version: str) -> None:
+    """A user's ``pip install`` of the six packages into a venv that already holds ``version``.
+
+    torch goes in first, alone; then plain pip (no constraints, no extras) installs the six
+    package folders, as the install page says. The torch in the venv must be the same after:
+    every package declares ``torch>=2.4``, so pip has no reason to upgrade or downgrade it.
+    """
+    session.install(f"torch=={version}", "pip")
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        *(str(PACKAGES_DIR / name) for name in PACKAGES),
+        env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    after = venv_torch(session)
+    if after is not None and after != version:
+        session.error(
+            f"torch_versions({release}): pip install of the six packages changed torch "
+            f"{version} into {after}"
+        )
+    if after is not None:
+        session.log(f"torch {version}: pip install of the six packages kept torch {after}")
+
+
 def merge_junit(parts: list[Path], target: Path) -> None:
     """Write the ``<testsuite>`` elements of several junit XML files into one file."""
     import xml.etree.ElementTree as ElementTree
@@ -837,11 +906,14 @@ def merge_junit(parts: list[Path], target: Path) -> None:
 @nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in TORCH_RELEASES])
 @timed
 def torch_versions(session: nox.Session, release: str) -> None:
-    """A subset touching every torch API accel uses, on the newest and the oldest declared torch.
+    """A subset touching every torch API accel uses, on three torch releases beside the pinned one.
 
-    The subset (``constraints/torch-versions-subset.txt``) runs one pytest per test folder; the
-    counts of each are printed at the end. The oldest leg first checks that every package's
-    ``torch>=`` equals the torch it tests.
+    ``oldest`` is the torch every package declares (2.4), ``middle`` one teams run (2.6) and
+    ``newest`` the newest on PyPI. Each leg first shows that a user's ``pip install`` of the six
+    packages into a venv holding that torch keeps it (:func:`pip_install_keeps_torch`); the
+    oldest leg also checks that every package's ``torch>=`` equals the torch it tests. The
+    subset (``constraints/torch-versions-subset.txt``) then runs one pytest per test folder,
+    the counts of each printed at the end; tests of gated features skip with the gate's message.
     """
     version = pinned_torch(release)
     if release == "oldest":
@@ -854,18 +926,23 @@ def torch_versions(session: nox.Session, release: str) -> None:
                 "tests), or pin the oldest torch they declare"
             )
     constraints = torch_release_constraints(session, release)
+    pip_install_keeps_torch(session, release, version)
+    targets = package_targets(PACKAGES)
+    if release_numbers(version) < TORCHFT_MIN_TORCH:
+        targets = [
+            str(PACKAGES_DIR / "accel-launch") if "accel-launch[" in target else target
+            for target in targets
+        ]
     session.install(
         "-c",
         constraints,
-        *package_targets(PACKAGES),
+        *targets,
         *TEST_TOOLS,
         "scikit-learn",
         *deepspeed_wheel(session, constraints, TORCH_LEG_DEEPSPEED_OPS),
     )
-    found = session.run(
-        "python", "-c", "import torch; print(torch.__version__)", silent=True, env=cpu_env(session)
-    )
-    if found is not None and str(found).strip().split("+")[0] != version:  # None: --install-only
+    found = venv_torch(session)
+    if found is not None and found != version:  # None: --install-only
         session.error(f"torch_versions({release}): the venv has torch {found!r}, not {version}")
     tmp = Path(session.create_tmp())
     parts: list[Path] = []
@@ -893,33 +970,45 @@ def torch_versions(session: nox.Session, release: str) -> None:
 
 
 # Each launch here takes a free port, so the session can run beside any other under --parallel.
-@nox.session(tags=["ci"], allow_parallel=True)
+@nox.session(allow_parallel=True)
+@nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in ("pinned", "oldest")])
 @timed
-def peer(session: nox.Session) -> None:
+def peer(session: nox.Session, release: str) -> None:
     """Accelerate 1.15's own test scripts and unit suite, renamed to accel, on the CPU.
 
     The scripts (scripts/peer_scripts.py) run on 1 and 2 processes from the pinned wheel; the unit
     suite (scripts/peer_unit_tests.py) runs from the pinned sdist on accel and, unrenamed, on
     Accelerate itself in a second venv, compared test by test. Both downloads are kept in
     ~/.cache/accel-peer (sha256 checked) and only read. Arguments go to the scripts' runner.
+
+    ``pinned`` runs both on ``constraints/cpu.txt``'s torch; ``oldest`` runs the unit suite on
+    the oldest torch the packages declare (``constraints/torch-oldest.txt``), both venvs on it.
     """
+    constraints = (
+        CONSTRAINTS["cpu"] if release == "pinned" else torch_release_constraints(session, release)
+    )
     session.install(
         "-c",
-        CONSTRAINTS["cpu"],
+        constraints,
         *package_targets(PACKAGES, extras="fsdp"),
         *PEER_SCRIPT_DEPENDENCIES,
         *PEER_UNIT_DEPENDENCIES,
     )
     peer_env = {**cpu_env(session), **PEER_OFFLINE_ENV}
-    session.run("python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=peer_env)
-    expectations = [
-        f"--expect-fail={name}={why}" for name, why in PEER_UNIT_EXPECTED_FAILURES.items()
-    ]
+    if release == "pinned":
+        session.run(
+            "python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=peer_env
+        )
+    expected = {
+        **PEER_UNIT_EXPECTED_FAILURES,
+        **PEER_UNIT_EXPECTED_FAILURES_BY_RELEASE.get(release, {}),
+    }
+    expectations = [f"--expect-fail={name}={why}" for name, why in expected.items()]
     session.run(
         "python",
         str(ROOT / "scripts" / "peer_unit_tests.py"),
         "--baseline-python",
-        peer_baseline_python(session),
+        peer_baseline_python(session, constraints, release),
         *expectations,
         env=peer_env,
     )
@@ -940,25 +1029,44 @@ def peer_baseline(session: nox.Session) -> None:
     )
 
 
+# The runtime dependencies Accelerate declares that libraries on top of it use (psutil for
+# transformers' memory metrics, numpy for its Trainer and torch's object collectives): the
+# install of accel brings them (checked by the install session).
+ACCEL_RUNTIME_MODULES = ("psutil", "numpy", "yaml", "safetensors", "tqdm")
+
+
 @nox.session(tags=["ci"], reuse_venv=False, allow_parallel=True)
 @nox.parametrize("install", list(INSTALLS))
 @timed
 def install(session: nox.Session, install: str) -> None:
     """A user's install, nothing else: a fresh venv with the pinned torch and one ``pip install``.
 
-    No test tools and no extras, so a module the packages use but do not declare (numpy, say)
-    fails here. The venv is checked to hold no numpy, then the install's script runs on 2
-    processes (see tests-integration/install/README.md).
+    No test tools and no extras, so a module the packages use but do not declare fails here. An
+    install of ``accel`` must bring the runtime dependencies Accelerate declares
+    (:data:`ACCEL_RUNTIME_MODULES`: psutil, numpy...); the others are checked to hold no numpy,
+    which they do not need. Then the install's script runs on 2 processes (see
+    tests-integration/install/README.md).
     """
     packages, command = INSTALLS[install]
     session.install("-c", CONSTRAINTS["cpu"], *(str(PACKAGES_DIR / name) for name in packages))
-    session.run(
-        "python",
-        "-c",
-        "import importlib.util, sys; "
-        "sys.exit('numpy is installed, so this venv cannot show that it is not needed' "
-        "if importlib.util.find_spec('numpy') else 0)",
-    )
+    if "accel" in packages:
+        # What Accelerate declares and libraries on top rely on (transformers' memory metrics
+        # need psutil): a drop-in replacement brings them too.
+        session.run(
+            "python",
+            "-c",
+            "import importlib.util, sys; "
+            f"missing = [m for m in {ACCEL_RUNTIME_MODULES!r} if not importlib.util.find_spec(m)]; "
+            "sys.exit(f'accel did not bring {missing}' if missing else 0)",
+        )
+    else:
+        session.run(
+            "python",
+            "-c",
+            "import importlib.util, sys; "
+            "sys.exit('numpy is installed, so this venv cannot show that it is not needed' "
+            "if importlib.util.find_spec('numpy') else 0)",
+        )
     # Optional engines come only with their extras (accel[fp8], accel[bnb], accel[deepspeed]).
     session.run(
         "python",

@@ -12,6 +12,8 @@ the build only, never into ``docs/``:
   mkdocstrings from the docstrings, with the Accelerate path it answers to;
 * ``reference/errors.md``: every exception class and every message the packages raise
   (``scripts/error_index.py``);
+* ``reference/torch-versions.md``: feature by torch release, from the feature gates
+  (``scripts/torch_feature_table.py``);
 * ``reference/accelerate-coverage.md``: ``scripts/api_coverage.py``'s comparison with Accelerate;
 * ``benchmarks-results.md``: ``benchmarks/RESULTS.md``, the last complete benchmark run.
 
@@ -40,6 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import api_coverage  # noqa: E402  (sibling scripts, found through the path above)
+import torch_feature_table  # noqa: E402
 from docs_members import inherited_public_names  # noqa: E402
 from docs_rst_roles import plain_roles  # noqa: E402
 from error_index import collect as collect_errors  # noqa: E402
@@ -435,6 +438,7 @@ def main() -> None:
     write("reference/config-keys.md", config_page())
     write("reference/environment.md", environment_page())
     write("reference/errors.md", render_errors(collect_errors()))
+    write("reference/torch-versions.md", torch_feature_table.render())
     version, entries = api_coverage.collect()
     index = accelerate_index(entries)
     placed: dict[str, str] = {}

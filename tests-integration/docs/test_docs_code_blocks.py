@@ -7,29 +7,16 @@ checker itself on small pages written here.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_checker() -> ModuleType:
-    """``scripts/docs_code_blocks.py`` as a module."""
-    path = ROOT / "scripts" / "docs_code_blocks.py"
-    spec = importlib.util.spec_from_file_location("docs_code_blocks", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-checker = load_checker()
+checker = load_script("docs_code_blocks")
 BLOCKS = checker.all_blocks()
 START_PAGE = ROOT / "docs" / "start.md"
 

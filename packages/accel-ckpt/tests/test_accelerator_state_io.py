@@ -5,6 +5,7 @@ import torch
 
 from accel_ckpt import InvalidArgumentError
 from accel_ckpt.accelerator_state_io import load_accelerator_state, save_accelerator_state
+from accel_state.torch_compat import safe_globals
 
 
 def _objects(seed):
@@ -52,7 +53,7 @@ def test_torch_safe_globals_let_weights_only_load_numpy_arrays_and_rng_states(tm
 
     path = tmp_path / "rng.pt"
     torch.save({"array": np.arange(3), "rng": np.random.get_state()}, path)
-    with torch.serialization.safe_globals(TORCH_SAFE_GLOBALS):
+    with safe_globals(TORCH_SAFE_GLOBALS):
         loaded = torch.load(path, weights_only=True)
     assert loaded["array"].tolist() == [0, 1, 2]
     assert loaded["rng"][0] == "MT19937"

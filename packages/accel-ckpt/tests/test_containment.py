@@ -31,6 +31,7 @@ from accel_ckpt.big_modeling import OffloadedWeightsLoader, offload_state_dict
 from accel_ckpt.big_modeling.offload import offload_weight
 from accel_ckpt.checksum import crc32_of_file
 from accel_ckpt.merge_weights import merge_weights
+from accel_state.torch_compat import local_dcp_options
 
 KINDS = ["dotdot", "absolute", "symlink"]
 
@@ -136,7 +137,7 @@ def _dcp_model_folder(tmp_path: Path) -> Path:
     from torch.distributed.checkpoint.state_dict_saver import save
 
     folder = tmp_path / "checkpoint_0" / "fsdp_model_0"
-    save({"model": model().state_dict()}, checkpoint_id=folder, no_dist=True)
+    save({"model": model().state_dict()}, checkpoint_id=folder, **local_dcp_options())
     return folder
 
 

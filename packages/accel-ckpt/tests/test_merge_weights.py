@@ -12,13 +12,14 @@ from torch.distributed.checkpoint.state_dict_saver import save
 from accel_ckpt import CheckpointNotFoundError, load_checkpoint_in_model
 from accel_ckpt.cli import register_merge_weights
 from accel_ckpt.merge_weights import merge_weights
+from accel_state.torch_compat import local_dcp_options
 
 
 def test_merge_writes_the_model_entries_only_sharded_with_an_index(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
     folder = tmp_path / "checkpoint_0" / "fsdp_model_0"
     state = {"model": model.state_dict(), "optimizer": {"state": {"0.weight": torch.ones(3)}}}
-    save(state, checkpoint_id=folder, no_dist=True)
+    save(state, checkpoint_id=folder, **local_dcp_options())
     written = merge_weights(tmp_path / "checkpoint_0", tmp_path / "merged", max_shard_size="400B")
     assert (tmp_path / "merged" / "model.safetensors.index.json") in written
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))

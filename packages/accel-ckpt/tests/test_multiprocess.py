@@ -4,6 +4,7 @@ import pytest
 from ckpt_workers import per_rank_folders, refuses_unwritable_tensors, round_trips
 
 from accel_state.testing import spawn_workers
+from accel_state.torch_compat import group_free_releases_gil
 
 
 def test_two_processes_save_and_load_everything(tmp_path):
@@ -39,7 +40,8 @@ def test_two_processes_save_and_load_everything(tmp_path):
         assert f"__{rank}_0.distcp" in out["dcp_reported"]
         assert (".metadata" in out["dcp_reported"]) == (rank == 0)
         assert out["dcp_restored"]
-        assert out["groups_alive_after_stop"] == [False, False]
+        # Freed once stopped; on torch < 2.9 kept for the process's life (torch_compat).
+        assert out["groups_alive_after_stop"] == [not group_free_releases_gil()] * 2
     first, second = results
     reported = {f"dcp/{name}" for out in results for name in out["dcp_reported"]}
     assert reported == set(first["dcp_on_disk"])  # nothing left for rank 0 to read back
@@ -113,6 +115,7 @@ def test_each_rank_saves_and_loads_its_own_folder(tmp_path, folders):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(folders))
 
 
+@pytest.mark.torch_feature("fsdp2")
 def test_unwritable_tensors_are_refused_on_every_rank_and_the_last_checkpoint_stays(tmp_path):
     # A hang guard: on a loaded 2-core machine the spawned processes may take minutes.
     results = spawn_workers(refuses_unwritable_tensors, 2, args=(str(tmp_path),), timeout=600)
@@ -140,6 +143,7 @@ def test_unwritable_tensors_are_refused_on_every_rank_and_the_last_checkpoint_st
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.torch_feature("fsdp2")
 def test_full_checkpoints_load_into_shards_and_from_rank0_only(tmp_path):
     from ckpt_workers import loads_full_checkpoints_into_shards
 

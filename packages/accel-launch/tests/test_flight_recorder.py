@@ -5,6 +5,7 @@ import pickle
 import subprocess
 import sys
 
+import pytest
 from launch_helpers import SCRIPTS, clean_env
 
 from accel_launch.runners import flight_recorder
@@ -18,6 +19,7 @@ def _line(marker: str) -> int:
     return next(number for number, text in enumerate(lines, 1) if text.endswith(marker))
 
 
+@pytest.mark.torch_feature("flight_recorder_gloo")
 def test_dumps_of_a_real_trace_become_one_line_per_rank(tmp_path):
     env = flight_recorder.flight_recorder_env(str(tmp_path))
     assert env[FLIGHT_RECORDER_DUMP_ON_TIMEOUT] == "1"

@@ -127,6 +127,7 @@ def test_single_process_runs_the_script_directly(tmp_path):
     assert record["env"]["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 
+@pytest.mark.torch_feature("failure_summary_every_rank")
 def test_the_rank_that_raised_first_is_named_even_when_a_peer_exits_before_it():
     # Rank 1 raises, then lingers while exiting; rank 0's barrier breaks and it exits first.
     result = run(
@@ -362,6 +363,7 @@ def test_workers_die_when_the_launcher_is_killed_with_sigkill(tmp_path, processe
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.torch_feature("failure_summary_every_rank")
 def test_the_failure_summary_puts_every_ranks_position_side_by_side(tmp_path):
     result = run(
         accel_cmd(

@@ -20,6 +20,7 @@ from accel_launch.errors import LaunchArgumentError
 from accel_launch.launch_args import build_launch_parser
 from accel_launch.plan import ELASTIC, build_plan
 from accel_launch.replica_plan import ReplicaGroups, lighthouse_url
+from accel_state.torch_compat import GATES, torch_version
 
 WORKER = SCRIPTS / "ft_replica_worker.py"
 
@@ -204,6 +205,24 @@ def test_the_lighthouse_publishes_the_address_it_is_bound_to() -> None:
         lighthouse.shutdown()
 
 
+def test_on_a_torch_older_than_torchft_needs_the_launcher_refuses_with_the_gate() -> None:
+    gate = GATES["replica_groups"]
+    if gate.available():
+        pytest.skip(
+            f"torch {torch_version()} has replica groups (the gate needs {gate.minimum}): the "
+            "refusal runs on the torch_versions legs of torch 2.4 and 2.6"
+        )
+    result = run(
+        accel_cmd("launch", "--cpu", "--ft_replicas", "2", str(WORKER)),
+        timeout=120,
+        env=clean_env(),
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"accel launch: error: {gate.message()}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.torch_feature("replica_groups")
 def test_without_torchft_the_launcher_says_which_extra_to_install(tmp_path) -> None:
     code = (
         "import sys; sys.modules['torchft'] = None; "  # as if not installed

@@ -151,6 +151,7 @@ def test_process_group_timeout_turns_a_hang_into_an_error():
     assert time.monotonic() - started < 150
 
 
+@pytest.mark.torch_feature("device_mesh")
 def test_parallel_mesh_ranks_and_data_parallel_groups():
     results = spawn_workers(workers.mesh_layouts, 4, timeout=300)
     for rank, result in enumerate(results):

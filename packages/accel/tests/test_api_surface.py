@@ -28,6 +28,7 @@ from accel.state import AcceleratorState, PartialState
 from accel.utils import DynamoBackend
 from accel_state import DistributedType, LaunchContract, reset_state
 from accel_state.testing import spawn_workers
+from accel_state.torch_compat import local_dcp_options
 
 MODULE_NAMES = {
     "accel.data_loader": [
@@ -545,7 +546,7 @@ def test_fsdp_merge_and_size_helpers_under_accelerate_names(tmp_path):
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
     folder = tmp_path / "checkpoint" / "fsdp_model_0"
-    save({"model": model.state_dict()}, checkpoint_id=folder, no_dist=True)
+    save({"model": model.state_dict()}, checkpoint_id=folder, **local_dcp_options())
     merge_fsdp_weights(folder, tmp_path / "merged", remove_checkpoint_dir=True)
     assert not folder.exists()
     plain = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))

@@ -26,6 +26,9 @@ import torch
 from launched_jobs import Jobs, finish, run_waves
 from safetensors.torch import load_file
 
+from accel_state.testing.pytest_plugin import torch_feature_skip_reason
+from accel_state.torch_compat import torch_at_least
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "everyday_script.py"
 LAYER_WRAP = ["--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
@@ -57,14 +60,32 @@ EPOCHS = 3
 pytestmark = pytest.mark.timeout(2400)
 
 
+#: Strategies a torch version gate decides (their tests skip with the gate's message below it).
+GATED_STRATEGIES = {"fsdp2_sharded": "fsdp2", "fsdp2_full": "fsdp2"}
+
+
+def _runnable(name: str) -> bool:
+    """Whether strategy ``name`` runs here: its engine is installed and this torch has it."""
+    if name in DEEPSPEED_STRATEGIES and not HAS_DEEPSPEED:
+        return False
+    return name not in GATED_STRATEGIES or torch_feature_skip_reason(GATED_STRATEGIES[name]) is None
+
+
 def _strategies() -> list[Any]:
     return [
         pytest.param(
             name,
-            marks=pytest.mark.skipif(
-                name in DEEPSPEED_STRATEGIES and not HAS_DEEPSPEED,
-                reason="deepspeed is not installed (pip install 'accel[deepspeed]')",
-            ),
+            marks=[
+                pytest.mark.skipif(
+                    name in DEEPSPEED_STRATEGIES and not HAS_DEEPSPEED,
+                    reason="deepspeed is not installed (pip install 'accel[deepspeed]')",
+                ),
+                *(
+                    [pytest.mark.torch_feature(GATED_STRATEGIES[name])]
+                    if name in GATED_STRATEGIES
+                    else []
+                ),
+            ],
         )
         for name in STRATEGIES
     ]
@@ -74,7 +95,7 @@ def _strategies() -> list[Any]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Every strategy's uninterrupted run (side by side), then every resumed run."""
     root = tmp_path_factory.mktemp("everyday")
-    names = [name for name in STRATEGIES if HAS_DEEPSPEED or name not in DEEPSPEED_STRATEGIES]
+    names = [name for name in STRATEGIES if _runnable(name)]
     uninterrupted: Jobs = {
         name: (
             STRATEGIES[name],
@@ -123,9 +144,17 @@ def _close(left: float, right: float, rel: float) -> bool:
 def test_a_fresh_launch_resumes_bit_equal_to_the_uninterrupted_run(
     runs: dict[str, dict[str, Any]], strategy: str
 ) -> None:
-    """Evaluation losses, clipped norms, the LR and saved weights equal the whole run's exactly."""
+    """Evaluation losses, clipped norms, the LR and saved weights equal the whole run's exactly.
+
+    FSDP1 on torch older than 2.6 resumes to float rounding (relative 1e-7 seen on 2.4), not
+    bit for bit: there the comparison allows ``ROUNDING_RESUME_TOLERANCE`` (documented in the
+    torch-version table).
+    """
     whole = _report(runs, strategy)
     resumed = _report(runs, f"{strategy}-resumed")
+    if strategy.startswith("fsdp1") and not torch_at_least(FSDP1_BIT_EXACT_RESUME_FROM):
+        _assert_resumed_within_rounding(whole, resumed, strategy)
+        return
     assert whole["num_processes"] == resumed["num_processes"] == 2
     # total_limit=2 kept the two newest; the resumed run numbered its saves after the loaded one.
     assert whole["checkpoints"] == resumed["checkpoints"] == ["checkpoint_1", "checkpoint_2"]
@@ -139,6 +168,34 @@ def test_a_fresh_launch_resumes_bit_equal_to_the_uninterrupted_run(
     saved, reloaded = _weights(whole), _weights(resumed)
     assert saved.keys() == reloaded.keys()
     differing = [key for key in saved if not torch.equal(saved[key], reloaded[key])]
+    assert not differing, f"{strategy}: weights differ after the resume: {differing}"
+
+
+#: The oldest torch on which FSDP1 resumes bit for bit (2.6: seen; 2.4: rounding; 2.5 untested).
+FSDP1_BIT_EXACT_RESUME_FROM = "2.6"
+ROUNDING_RESUME_TOLERANCE = 1e-5
+
+
+def _assert_resumed_within_rounding(
+    whole: dict[str, Any], resumed: dict[str, Any], strategy: str
+) -> None:
+    """The bit-equal test's checks, each value equal to ``ROUNDING_RESUME_TOLERANCE``."""
+    assert resumed["first_epoch"] == 1
+    assert whole["checkpoints"] == resumed["checkpoints"] == ["checkpoint_1", "checkpoint_2"]
+    for epoch, loss in resumed["eval_losses"].items():
+        assert _close(loss, whole["eval_losses"][epoch], ROUNDING_RESUME_TOLERANCE), epoch
+    tail = whole["clip_norms"][-len(resumed["clip_norms"]) :]
+    assert len(resumed["clip_norms"]) == len(tail) > 0
+    for mine, theirs in zip(resumed["clip_norms"], tail, strict=True):
+        assert _close(mine, theirs, ROUNDING_RESUME_TOLERANCE), (mine, theirs)
+    assert resumed["lr"] == whole["lr"]
+    saved, reloaded = _weights(whole), _weights(resumed)
+    assert saved.keys() == reloaded.keys()
+    differing = [
+        key
+        for key in saved
+        if not torch.allclose(saved[key], reloaded[key], rtol=ROUNDING_RESUME_TOLERANCE, atol=1e-6)
+    ]
     assert not differing, f"{strategy}: weights differ after the resume: {differing}"
 
 

@@ -18,7 +18,7 @@ from accel_ckpt.cli import merge_weights_command
 from accel_state.testing import WorkerFailedError, spawn_workers
 
 # Hang guards only: on a loaded 2-core machine these multi-process jobs may take minutes.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.torch_feature("fsdp2")]
 
 
 @pytest.fixture(scope="module")

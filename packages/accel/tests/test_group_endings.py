@@ -26,6 +26,7 @@ import torch.distributed as dist
 import accel_state
 from accel_state.group_keeper import free_destroyed_groups, kept_group_count
 from accel_state.process_group import start_single_process_group, stop_process_group
+from accel_state.torch_compat import group_free_releases_gil
 
 SCRIPT = Path(group_endings_script.__file__)
 REPEATS = 20
@@ -64,7 +65,8 @@ def test_a_destroyed_group_is_kept_until_it_is_freed_with_no_group_running() -> 
     assert world() is not None
     assert free_destroyed_groups() >= 1
     assert kept_group_count() == 0
-    assert world() is None
+    # Freed; on torch < 2.9, whose group destructor holds the GIL, kept for the process's life.
+    assert (world() is None) == group_free_releases_gil()
     accel_state.reset_state()
 
 
@@ -74,7 +76,7 @@ def test_the_next_group_start_frees_the_destroyed_ones() -> None:
     stop_process_group()
     start_single_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     try:
-        assert first() is None
+        assert (first() is None) == group_free_releases_gil()  # see the test above
         assert dist.group.WORLD is not None
     finally:
         stop_process_group()

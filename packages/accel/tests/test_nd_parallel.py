@@ -34,7 +34,7 @@ from accel_state import ParallelismConfigError
 from accel_state.testing import spawn_workers
 
 # Hang guards only: on a loaded 2-core machine these 4-process jobs may take minutes.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.torch_feature("device_mesh")]
 
 TESTS = Path(__file__).resolve().parent
 WORLD = 4

@@ -27,10 +27,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import torch
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.futures import Future
+
+from accel_state.torch_compat import zip_record_checksums_off
 
 PathLike = str | os.PathLike[str]
 
@@ -186,15 +187,11 @@ _CRC_OPTION_LOCK = threading.Lock()
 def _without_record_checksums() -> Iterator[None]:
     """Let ``torch.save`` skip the CRC-32 of its zip records, then restore the setting.
 
-    The setting is process-wide; it is restored even if writing fails.
+    The setting is process-wide; it is restored even if writing fails. Torch 2.4 and 2.5 have
+    no such setting and always write them (``accel_state.torch_compat``).
     """
-    with _CRC_OPTION_LOCK:
-        before = torch.serialization.get_crc32_options()
-        torch.serialization.set_crc32_options(False)
-        try:
-            yield
-        finally:
-            torch.serialization.set_crc32_options(before)
+    with _CRC_OPTION_LOCK, zip_record_checksums_off():
+        yield
 
 
 def checksummed_writer(folder: PathLike, **options: Any) -> ChecksummedWriter:

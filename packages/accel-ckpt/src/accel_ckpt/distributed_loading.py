@@ -19,13 +19,12 @@ from torch import nn
 from accel_ckpt.errors import InvalidArgumentError, StateDictMismatchError, format_keys
 from accel_ckpt.pickle_io import load_pickled
 from accel_ckpt.safetensors_io import read_safetensors
+from accel_state.torch_compat import is_dtensor
 
 
 def holds_dtensors(model: nn.Module) -> bool:
     """Whether any parameter or buffer of ``model`` is a ``DTensor``."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(t, DTensor) for t in (*model.parameters(), *model.buffers()))
+    return any(is_dtensor(t) for t in (*model.parameters(), *model.buffers()))
 
 
 def _read(path: Path, allow_pickle: bool) -> dict[str, torch.Tensor]:

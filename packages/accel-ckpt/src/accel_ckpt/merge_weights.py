@@ -18,6 +18,7 @@ import torch
 from accel_ckpt.containment import check_dcp_paths, resolve_inside
 from accel_ckpt.errors import CheckpointNotFoundError
 from accel_ckpt.model_io import save_model
+from accel_state.torch_compat import local_dcp_options
 
 PathLike = str | os.PathLike[str]
 DCP_METADATA = ".metadata"
@@ -88,7 +89,7 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointNotFoundError(
             f"{os.fspath(folder)!r} holds no model tensors (no '{MODEL_PREFIX}*' entries)."
         )
-    load(targets, storage_reader=reader, no_dist=True)
+    load(targets, storage_reader=reader, **local_dcp_options())
     return {key.removeprefix(MODEL_PREFIX): tensor for key, tensor in targets.items()}
 
 

@@ -22,6 +22,7 @@ import torch
 from accel_ckpt.checksum import FileRecord, verify_file
 from accel_ckpt.errors import CorruptCheckpointError, UnsafeCheckpointError
 from accel_ckpt.memory import require_plain_tensor
+from accel_state.torch_compat import safe_globals as torch_safe_globals
 
 PathLike = str | os.PathLike[str]
 
@@ -155,7 +156,7 @@ def load_pickled(
     if allow_pickle:
         return torch.load(name, map_location=map_location, weights_only=False, mmap=mmap)
     try:
-        with torch.serialization.safe_globals([*allowed_globals(), *safe_globals]):
+        with torch_safe_globals([*allowed_globals(), *safe_globals]):
             return torch.load(name, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         raise UnsafeCheckpointError(

@@ -16,6 +16,7 @@ from accel_ckpt.dtypes import dtype_name
 from accel_ckpt.errors import InvalidArgumentError, StateDictMismatchError
 from accel_ckpt.memory import tensor_bytes
 from accel_ckpt.safetensors_io import cpu_contiguous
+from accel_state.torch_compat import accelerator_module
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ def _as_device(value: DeviceLike, prefix: str) -> torch.device | str:
     if isinstance(value, str) and value == DISK:
         return DISK
     if isinstance(value, int) and not isinstance(value, bool):
-        accelerator = getattr(torch, "accelerator", None)
+        accelerator = accelerator_module()
         current = accelerator.current_accelerator() if accelerator is not None else None
         return torch.device(current.type if current is not None else "cuda", value)
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from accel_state.errors import TorchFeatureError
+
 
 class AccelLaunchError(Exception):
     """Base class of every error raised by accel-launch."""
@@ -76,6 +78,10 @@ class LaunchArgumentError(AccelLaunchError, ValueError):
 
 class OutputFileExistsError(LaunchArgumentError, FileExistsError):
     """The output file exists and overwriting was not asked for; a ``FileExistsError`` too."""
+
+
+class LaunchTorchFeatureError(AccelLaunchError, TorchFeatureError):
+    """A launch option needs a newer torch than the one installed (its gate names which)."""
 
 
 class MissingDependencyError(AccelLaunchError, ImportError):

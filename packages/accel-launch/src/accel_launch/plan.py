@@ -26,7 +26,7 @@ from pathlib import Path
 
 from accel_launch.affinity import CPU_AFFINITY_ENV
 from accel_launch.config.schema import AccelConfig
-from accel_launch.errors import LaunchArgumentError
+from accel_launch.errors import LaunchArgumentError, LaunchTorchFeatureError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.overlay import flags_to_config
@@ -732,6 +732,10 @@ def build_plan(
         lighthouse=options.ft_lighthouse,
         replica_id=options.ft_replica_id,
     )
+    if fault_tolerance is not None:
+        from accel_state.torch_compat import GATES as TORCH_GATES  # imports torch: only here
+
+        TORCH_GATES["replica_groups"].require(error=LaunchTorchFeatureError)
     if fault_tolerance is not None and kind is DistributedType.XLA:
         raise LaunchArgumentError(
             "--ft_replicas / --ft_lighthouse with --tpu: replica groups run through torch elastic "

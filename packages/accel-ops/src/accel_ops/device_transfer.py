@@ -48,9 +48,14 @@ def send_to_device(
     return _send(tensor, device, non_blocking, skipped)
 
 
+#: No key skipped: a constant, so ``torch.compile`` on torch 2.4 (whose dynamo cannot trace a
+#: ``frozenset()`` call) compiles ``send_to_device`` without skip keys, as later releases do.
+_NO_SKIP_KEYS: frozenset[Any] = frozenset()
+
+
 def _normalise_skip_keys(skip_keys: str | Collection[str] | None) -> frozenset[Any]:
     if skip_keys is None:
-        return frozenset()
+        return _NO_SKIP_KEYS
     if isinstance(skip_keys, str):
         return frozenset((skip_keys,))
     if isinstance(skip_keys, Collection) and not isinstance(skip_keys, Mapping):

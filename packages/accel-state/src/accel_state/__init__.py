@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "ProcessGroupError": "accel_state.errors",
     "StateConflictError": "accel_state.errors",
     "PartialStateResetError": "accel_state.errors",
+    "TorchFeatureError": "accel_state.errors",
     "GradientState": "accel_state.gradient_state",
     "PartialState": "accel_state.partial_state",
     "DeepSpeedSequenceParallelConfig": "accel_state.parallelism_config",
@@ -138,6 +139,9 @@ if TYPE_CHECKING:
     )
     from accel_state.errors import (
         StateConflictError as StateConflictError,
+    )
+    from accel_state.errors import (
+        TorchFeatureError as TorchFeatureError,
     )
     from accel_state.gradient_state import (
         GradientState as GradientState,

@@ -79,11 +79,19 @@ class ParallelMesh:
 
     # ------------------------------------------------------------------ building
     def build(self) -> Any:
-        """Build the meshes (collective on first call; every rank must call it); returns the world mesh."""
+        """Build the meshes (collective on first call; every rank must call it); returns the world mesh.
+
+        Raises:
+            TorchFeatureError: torch is older than 2.5 (``torch_compat.GATES["device_mesh"]``).
+        """
         if self._built:
             return self._world
         if self.names:
             from torch.distributed.device_mesh import init_device_mesh
+
+            from accel_state.torch_compat import GATES
+
+            GATES["device_mesh"].require(device_type=self.device_type)
 
             self._world = init_device_mesh(self.device_type, self.shape, mesh_dim_names=self.names)
             for name, dims in _flattened_dims(self.config).items():

@@ -40,3 +40,29 @@ class FaultToleranceUnavailableError(AccelStateError, ImportError):
 
 class ReplicaQuorumError(AccelStateError, RuntimeError):
     """No quorum of replica groups formed for a step (too few groups alive, or no lighthouse)."""
+
+
+class TorchFeatureError(AccelStateError, RuntimeError):
+    """A feature needs a newer torch than the one installed (see ``accel_state.torch_compat``).
+
+    Attributes:
+        feature: The feature asked for.
+        found: The torch version installed.
+        minimum: The oldest torch release that has the feature.
+        alternative: What works instead on this torch.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        feature: str = "",
+        found: str = "",
+        minimum: str = "",
+        alternative: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.feature = feature
+        self.found = found
+        self.minimum = minimum
+        self.alternative = alternative

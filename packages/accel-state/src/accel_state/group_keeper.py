@@ -15,7 +15,9 @@ other holder can drop the last one. Kept groups are freed only by :func:`free_de
 when no default group is running: it first has every :class:`GroupHolders` drop its objects'
 references, then drops its own through the Python group object, whose destructor releases the
 GIL before the C++ one joins the worker threads. That happens before the next group starts and at
-a normal interpreter exit, long after the group's last collective.
+a normal interpreter exit, long after the group's last collective. On torch older than 2.9 the
+Python object holds the GIL too (``accel_state.torch_compat.group_free_releases_gil``): there a
+kept group is never freed, and its threads end with the process.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.distributed as dist
+
+from accel_state.torch_compat import group_free_releases_gil, keep_forever
 
 # Each kept group by id: the Python objects, so dropping them releases the GIL first.
 _KEPT: dict[int, dist.ProcessGroup] = {}
@@ -97,8 +101,11 @@ def free_destroyed_groups() -> int:
     for holders in list(_HOLDERS):
         holders.release()
     count = len(_KEPT)
+    safe = group_free_releases_gil()
     while _KEPT:
         _, group = _KEPT.popitem()
+        if not safe:  # torch < 2.9 would join the worker threads holding the GIL: never free
+            keep_forever(group)
         # The last reference, dropped here: the holder releases the GIL, then joins the threads.
         del group
     return count

@@ -19,6 +19,7 @@ import torch
 from torch._C._distributed_c10d import TCPStore
 
 from accel_state.errors import FaultToleranceUnavailableError, ReplicaQuorumError
+from accel_state.torch_compat import GATES
 
 #: The torchft release accel is written against (the ``ft`` extras pin it).
 TORCHFT_REQUIREMENT = "torchft==0.2.0"
@@ -54,8 +55,10 @@ def import_torchft_native() -> ModuleType:
     """The compiled module of torchft (lighthouse, manager server), or an error naming the fix.
 
     Raises:
+        TorchFeatureError: torch is older than torchft needs (``GATES["replica_groups"]``).
         FaultToleranceUnavailableError: torchft is not installed.
     """
+    GATES["replica_groups"].require()
     try:
         from torchft import _torchft
     except ImportError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from accel_state.errors import TorchFeatureError
+
 
 class AccelError(Exception):
     """Base class of every error raised by the accel package."""
@@ -28,3 +30,10 @@ class StateResetError(AcceleratorConfigError, AttributeError):
 
 class AliasError(AccelError, RuntimeError):
     """``install_as_accelerate()`` cannot take effect (it ran after Accelerate was imported)."""
+
+
+class TorchVersionError(UnsupportedFeatureError, TorchFeatureError):
+    """A feature needs a newer torch than the one installed (``accel_state.torch_compat.GATES``).
+
+    The message names the feature, the torch found, the release it needs and what works instead.
+    """

@@ -53,6 +53,7 @@ from accel_ckpt.errors import (
 )
 from accel_ckpt.model_loading import load_checkpoint_in_model
 from accel_ckpt.sizes import format_size
+from accel_state.torch_compat import accelerator_module
 
 # Accelerate logs from ``accelerate.big_modeling``; accel's twin of that name.
 logger = logging.getLogger("accel.big_modeling")
@@ -63,7 +64,7 @@ _GUARDED_METHODS = ("to", "cuda", "cpu", "xpu")
 
 def _torch_device(key: DeviceKey) -> torch.device:
     if isinstance(key, int):
-        accelerator = getattr(torch, "accelerator", None)
+        accelerator = accelerator_module()
         current = accelerator.current_accelerator() if accelerator is not None else None
         kind = current.type if current is not None and current.type != CPU else "cuda"
         return torch.device(kind, key)

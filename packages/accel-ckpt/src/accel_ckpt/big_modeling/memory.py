@@ -10,6 +10,7 @@ import torch
 
 from accel_ckpt.errors import DeviceMapError, InvalidArgumentError
 from accel_ckpt.sizes import parse_size
+from accel_state.torch_compat import accelerator_module
 
 #: A device key of ``max_memory`` / a device map value: a GPU index, "cpu", "disk", "cuda:1"...
 DeviceKey = int | str
@@ -18,7 +19,7 @@ CPU = "cpu"
 
 
 def _accelerator_type() -> str | None:
-    accelerator = getattr(torch, "accelerator", None)
+    accelerator = accelerator_module()
     if accelerator is not None and accelerator.is_available():
         current = accelerator.current_accelerator()
         if current is not None and current.type not in (CPU, "meta"):

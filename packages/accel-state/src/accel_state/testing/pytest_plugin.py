@@ -5,6 +5,8 @@ Enable with ``-p accel_state.testing.pytest_plugin``. ``@pytest.mark.cuda`` need
 device: ``PJRT_DEVICE=CPU`` will do); ``@pytest.mark.xla(min_devices=2)`` needs several real XLA
 devices (a TPU VM). The ``single_process_state`` fixture runs a test as a plain process with fresh
 accel state; ``xla_state`` does the same on the XLA device.
+``@pytest.mark.torch_feature("fsdp2")`` skips a test on a torch older than the feature gate of
+that key (``accel_state.torch_compat.GATES``) needs, with the gate's message as the reason.
 
 Multi-process jobs of :func:`~accel_state.testing.spawn_workers` run on shared, long-lived worker
 pools during the run (closed at its end); ``--accel-fresh-workers`` starts fresh processes for
@@ -49,6 +51,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "xla(min_devices=1): needs torch_xla, and min_devices XLA devices (more than one: real "
         "TPUs); skipped without them",
+    )
+    config.addinivalue_line(
+        "markers",
+        "torch_feature(*keys): needs the torch release each feature gate names "
+        "(accel_state.torch_compat.GATES); skipped with the gate's message on older torch",
     )
 
 
@@ -105,8 +112,28 @@ def _xla_skip_reason(min_devices: int) -> str | None:
     return None
 
 
+def torch_feature_skip_reason(*keys: str) -> str | None:
+    """The message of the first gate among ``keys`` that the running torch does not pass on the CPU.
+
+    Raises:
+        KeyError: A key names no gate (a typo in a test's marker).
+    """
+    from accel_state.torch_compat import GATES
+
+    for key in keys:
+        if key not in GATES:
+            raise KeyError(f"torch_feature({key!r}): no such gate; known: {sorted(GATES)}")
+        if not GATES[key].available(device_type="cpu"):  # the test legs run on the CPU
+            return GATES[key].message(device_type="cpu")
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip marked tests whose hardware or library is missing, saying why."""
+    """Skip marked tests whose hardware, library or torch release is missing, saying why."""
+    for marker in item.iter_markers("torch_feature"):
+        reason = torch_feature_skip_reason(*marker.args)
+        if reason:
+            pytest.skip(reason)
     cuda = item.get_closest_marker("cuda")
     if cuda is not None:
         reason = _cuda_skip_reason(int(cuda.kwargs.get("min_gpus", 1)))

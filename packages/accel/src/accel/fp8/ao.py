@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from accel.availability import is_torch_version
 from accel.errors import UnsupportedFeatureError
 from accel.fp8.capability import fp8_device_problem, require_package
 from accel.fp8.recipes import AORecipeKwargs
 from accel.placement import ParameterMoves
 from accel.precision import BF16Precision
+from accel.torch_compat import GATES, require_torch_feature
 from accel_state import PrecisionType
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ FP8_DIM_MULTIPLE = 16
 TORCHAO_INSTALL = "pip install 'accel[fp8]' (or pip install 'torchao>=0.18,<0.19')"
 #: The oldest torch that torchao 0.18 (the release ``accel[fp8]`` pins) supports: it says so when
 #: it loads, and older torch releases lack APIs it calls at import (an AttributeError there).
-TORCHAO_MIN_TORCH = "2.11"
+TORCHAO_MIN_TORCH = GATES["fp8_torchao"].minimum
 ModuleFilter = Callable[[torch.nn.Module, str], bool]
 
 
@@ -85,13 +85,7 @@ def _require_torchao() -> str:
         UnsupportedFeatureError: torchao is missing, or built for another torch release.
     """
     version = require_package("torchao", "torchao", "torchao (AO)", TORCHAO_INSTALL)
-    if not is_torch_version(">=", TORCHAO_MIN_TORCH):
-        raise UnsupportedFeatureError(
-            f"mixed_precision='fp8' with torchao needs torch>={TORCHAO_MIN_TORCH} (torchao "
-            f"{version}, the release accel[fp8] pins, supports no older torch); this is torch "
-            f"{torch.__version__}. Upgrade torch (pip install 'torch>={TORCHAO_MIN_TORCH}'), or "
-            "train with mixed_precision='bf16'."
-        )
+    require_torch_feature("fp8_torchao")
     try:
         import torchao.float8  # noqa: F401 - the import is the check
     except (ImportError, AttributeError) as error:  # AttributeError: an API this torch lacks

@@ -53,10 +53,11 @@ def make_strategy(config: RunConfig) -> ModelStrategy:
     Raises:
         UnsupportedFeatureError: No strategy is registered for that type yet.
     """
-    from accel.strategies.mesh.strategy import MeshStrategy, needs_mesh_strategy
+    if config.parallel_mesh is not None:  # the mesh modules load DTensor: only for meshes
+        from accel.strategies.mesh.strategy import MeshStrategy, needs_mesh_strategy
 
-    if needs_mesh_strategy(config.parallel_mesh):
-        return MeshStrategy(config)
+        if needs_mesh_strategy(config.parallel_mesh):
+            return MeshStrategy(config)
     factory = _STRATEGIES.get(config.distributed_type)
     if factory is None:
         raise UnsupportedFeatureError(

@@ -15,17 +15,18 @@ from typing import Any
 
 import torch
 
+from accel_state.torch_compat import is_dtensor
+
 
 def _groups(parameters: Iterable[torch.Tensor]) -> list[list[torch.Tensor]]:
     """Gradients grouped by (mesh, placements); plain tensors form one group."""
-    from torch.distributed.tensor import DTensor
-
     groups: dict[Any, list[torch.Tensor]] = {}
     for parameter in parameters:
         grad = parameter.grad
         if grad is None:
             continue
-        key = (grad.device_mesh, tuple(grad.placements)) if isinstance(grad, DTensor) else None
+        sharded: Any = grad
+        key = (sharded.device_mesh, tuple(sharded.placements)) if is_dtensor(grad) else None
         groups.setdefault(key, []).append(grad)
     return list(groups.values())
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
+from accel_state.torch_compat import is_dtensor
+
 
 def model_has_dtensor(model: torch.nn.Module) -> bool:
     """Whether any parameter of ``model`` is a ``DTensor`` (FSDP2, tensor parallel)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(parameter, DTensor) for parameter in model.parameters())
+    return any(is_dtensor(parameter) for parameter in model.parameters())
 
 
 def get_model_tp_size(model: torch.nn.Module) -> int | None:

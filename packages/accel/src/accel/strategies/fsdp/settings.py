@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from accel.errors import AcceleratorConfigError
+from accel.torch_compat import fsdp2_api
 
 SHARDING_STRATEGIES = (
     "FULL_SHARD",
@@ -265,11 +266,9 @@ def validate_settings(values: dict[str, Any], strategy_given: bool = False) -> F
 
 def _offload_flag(value: Any) -> bool:
     """``cpu_offload`` as a flag: a bool, or torch's ``CPUOffload`` / ``OffloadPolicy`` objects."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
-
-    if isinstance(value, CPUOffloadPolicy):
+    if isinstance(value, fsdp2_api("CPUOffloadPolicy")):
         return True
-    if isinstance(value, OffloadPolicy):
+    if isinstance(value, fsdp2_api("OffloadPolicy")):
         return False  # torch's "no offloading" policy
     return flag("cpu_offload", getattr(value, "offload_params", value))
 

@@ -24,10 +24,16 @@ from accel.strategies.fsdp.plugin import (
     FullyShardedDataParallelPlugin,
     mixed_precision_dtypes,
 )
+from accel.torch_compat import (
+    fsdp2_api,
+    fsdp2_root_reshard_after_forward,
+    require_torch_feature,
+)
 from accel_ckpt import ShardedState
 from accel_state import DistributedType
 from accel_state.group_keeper import GroupHolders
 from accel_state.process_group import release_group_references
+from accel_state.torch_compat import is_dtensor
 
 _WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
@@ -90,6 +96,8 @@ class FSDPStrategy(ModelStrategy):
         # checkpoint on one machine): FSDP runs on a one-process group started here.
         state.ensure_process_group("FSDP (fsdp_plugin / --use_fsdp / distributed_type: FSDP)")
         self.fsdp = resolve_settings(config)
+        if self.fsdp.fsdp_version == 2:
+            require_torch_feature("fsdp2", config.device.type)
         #: The DeviceMesh ``fully_shard`` shards over (``None``: every process). The N-D
         #: strategy (``accel.strategies.mesh.strategy``) sets its ``dp_shard_cp`` / HSDP mesh here.
         self.mesh: Any = None
@@ -133,10 +141,9 @@ class FSDPStrategy(ModelStrategy):
         _SHARDED.add(wrapped)
 
     def _is_sharded(self, model: torch.nn.Module) -> bool:
-        from torch.distributed.fsdp import FSDPModule
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        return isinstance(model, (FSDPModule, FSDP))
+        return isinstance(model, (fsdp2_api("FSDPModule"), FSDP))
 
     def _layers(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """Submodules that become their own FSDP units, innermost first."""
@@ -202,7 +209,7 @@ class FSDPStrategy(ModelStrategy):
             # torch's default for the root: keep its parameters gathered after forward, since
             # backward starts by needing them again (an explicit True costs one more all-gather
             # per step). The layer units above still reshard.
-            options["reshard_after_forward"] = None
+            options["reshard_after_forward"] = fsdp2_root_reshard_after_forward()
         fully_shard(model, **options)
         return model
 
@@ -262,10 +269,9 @@ class FSDPStrategy(ModelStrategy):
         frees the gathered memory locally (no collective); the next forward gathers again.
         FSDP1 reshards inside its own state-dict and clipping calls: nothing to do.
         """
-        from torch.distributed.fsdp import FSDPModule
-
+        fsdp2_module = fsdp2_api("FSDPModule")
         for module in model.modules():
-            if isinstance(module, FSDPModule):
+            if isinstance(module, fsdp2_module):
                 module.reshard()
 
     def _live_roots(self) -> list[torch.nn.Module]:
@@ -298,9 +304,7 @@ class FSDPStrategy(ModelStrategy):
         """``parameters`` with FSDP2's gathered stand-ins replaced by the sharded parameters."""
         if self.fsdp.fsdp_version != 2:
             return parameters
-        from torch.distributed.tensor import DTensor
-
-        if all(isinstance(parameter, DTensor) for parameter in parameters):
+        if all(is_dtensor(parameter) for parameter in parameters):
             return parameters  # already the shards (the usual case, right after backward)
         moves = self._resting_moves(parameters)
         return [
@@ -344,12 +348,11 @@ class FSDPStrategy(ModelStrategy):
     # ------------------------------------------------------------------ training step
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Skip gradient reduce-scatter for this micro-step (gradients accumulate unsharded)."""
-        from torch.distributed.fsdp import FSDPModule
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         if isinstance(model, FSDP):
             return model.no_sync()
-        if isinstance(model, FSDPModule):
+        if isinstance(model, fsdp2_api("FSDPModule")):
             return _fsdp2_no_sync(model)
         return contextlib.nullcontext()
 

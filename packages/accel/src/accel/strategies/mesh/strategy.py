@@ -39,6 +39,7 @@ from accel.strategies.fsdp.strategy import (
     clean_name,
 )
 from accel.strategies.mesh.tensor_parallel import TensorParallel, is_split
+from accel.torch_compat import require_torch_feature
 from accel_state.device_mesh import ParallelMesh
 
 
@@ -62,12 +63,14 @@ class MeshStrategy(FSDPStrategy):
                 "MeshStrategy needs RunConfig.parallel_mesh (a ParallelismConfig's meshes); "
                 "pass parallelism_config=ParallelismConfig(...) to the Accelerator."
             )
+        require_torch_feature("device_mesh", run.device.type)
         super().__init__(run)
         parallel_mesh = run.parallel_mesh
         config = parallel_mesh.config
         self.parallel_mesh = parallel_mesh
         self.tensor_parallel: TensorParallel | None = None
         if config.tp_enabled:
+            require_torch_feature("tensor_parallel", run.device.type)
             handler = config.tp_handler
             plan = None if handler is None else handler.plan
             self.tensor_parallel = TensorParallel(parallel_mesh.get_mesh("tp"), plan)
@@ -76,6 +79,7 @@ class MeshStrategy(FSDPStrategy):
         if config.cp_enabled:
             from accel.strategies.mesh.context_parallel import check_device
 
+            require_torch_feature("context_parallel")
             check_device(run.device, config.size("cp"))
         if config.shards_parameters:
             self.mesh = parallel_mesh.fsdp_mesh()
