@@ -106,7 +106,7 @@ def free_destroyed_groups() -> int:
         _, group = _KEPT.popitem()
         if not safe:  # torch < 2.9 would join the worker threads holding the GIL: never free
             keep_forever(group)
-        # The last reference, dropped here: the holder releases the GIL, then joins the threads.
+        # Otherwise the last reference, dropped here: the holder releases the GIL, then joins.
         del group
     return count
 

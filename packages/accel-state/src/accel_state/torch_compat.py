@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -291,11 +292,13 @@ def safe_globals(allowed: list[Any]) -> Iterator[None]:
 _DTENSOR_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor")
 
 
+@functools.cache
 def dtensor_class() -> type | None:
     """Torch's ``DTensor`` class: public in ``torch.distributed.tensor`` from 2.5, private before.
 
     ``None`` where torch was built without distributed support. Importing it loads DTensor, so
-    callers ask only once they hold a tensor that may be one.
+    callers ask only once they hold a tensor that may be one. Looked up once (per-step paths ask
+    for every parameter).
     """
     if not torch.distributed.is_available():
         return None

@@ -355,19 +355,15 @@ class _ProcessBaseline:
 def _clean_up(baseline: _ProcessBaseline) -> str:
     """Reset accel's state and the process after a job; a traceback if that failed, else ""."""
     try:
-        import torch.distributed as dist
-
-        from accel_state.group_keeper import free_destroyed_groups, keep_groups
-        from accel_state.process_group import forget_rendezvous
+        from accel_state.group_keeper import free_destroyed_groups
+        from accel_state.process_group import forget_rendezvous, stop_process_group
         from accel_state.shared import reset_state
 
         reset_state()
-        if dist.is_available() and dist.is_initialized():
-            # A group the job started itself, and the subgroups it made: kept until they are
-            # freed below, so destroying them never drops a last reference while a gloo worker
-            # thread still frees a Python object (torch 2.6-2.7 hold the GIL while joining it).
-            keep_groups()
-            dist.destroy_process_group()
+        # A group the job started itself, and the subgroups it made: kept until they are freed
+        # below, so destroying them never drops a last reference while a gloo worker thread
+        # still frees a Python object (torch 2.4-2.7 hold the GIL while joining it).
+        stop_process_group()
         forget_rendezvous()
         baseline.restore()
         gc.collect()
