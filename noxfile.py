@@ -635,6 +635,10 @@ PEER_UNIT_EXPECTED_FAILURES_BY_RELEASE: dict[str, dict[str, str]] = {
 # Added to cpu_env(session) for the peer sessions: the Hugging Face libraries stay offline.
 PEER_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 PEER_BASELINE_VENV = ROOT / ".nox" / "peer-accelerate-1-15-0"
+# Accelerate's own outcomes of its unit suite, per release: recorded by peer_reference, read by
+# peer (scripts/peer_unit_tests.py --record / --baseline-outcomes).
+PEER_REFERENCE_DIR = ROOT / "scripts" / "peer_reference"
+PEER_RELEASES = ("pinned", "oldest")
 
 # Tests of Accelerate 1.15.0's unit suite that pass on Accelerate and fail on accel, each with its
 # reason: a deliberate difference listed in docs/accelerate.md, or what this machine lacks. Any
@@ -714,6 +718,11 @@ ECOSYSTEM_LIBRARIES = [
     "peft==0.21.2",
     "trl==1.16.0",
     "datasets==5.2.0",
+    # Pinned because Accelerate's results are replayed from a record made with these releases
+    # (tests-integration/ecosystem/reference): PEFT and TRL pull Accelerate in, transformers
+    # pulls tokenizers, and a newer release would make the ecosystem session refuse the record.
+    "accelerate==1.15.0",
+    "tokenizers==0.23.3",
     "numpy",
     "deepspeed",
     # Trainer.hyperparameter_search's backend (tests-integration/ecosystem/names_job.py).
@@ -723,37 +732,89 @@ ECOSYSTEM_LIBRARIES = [
     "bitsandbytes==0.50.2",
 ]
 ECOSYSTEM_BASELINE_VENV = ROOT / ".nox" / "ecosystem-accelerate-1-15-0"
+ECOSYSTEM_TESTS = ROOT / "tests-integration" / "ecosystem"
+# Accelerate's side of the ecosystem jobs, recorded (tests-integration/ecosystem/reference.py).
+ECOSYSTEM_REFERENCE = ECOSYSTEM_TESTS / "reference.py"
+ECOSYSTEM_BASELINE_ENV = "ACCEL_ECOSYSTEM_BASELINE_PYTHON"
+
+
+def ecosystem_install(session: nox.Session) -> list[str]:
+    """accel, the pinned libraries and the DeepSpeed ops wheel; the install arguments of it."""
+    prebuilt = deepspeed_wheel(session)
+    install_packages(session, "cpu", PACKAGES, *ECOSYSTEM_LIBRARIES, *prebuilt)
+    return prebuilt
+
+
+def ecosystem_baseline_python(session: nox.Session, prebuilt: list[str]) -> str:
+    """Accelerate 1.15.0 beside the same pinned libraries, in a venv of its own."""
+    return side_venv_python(
+        session,
+        ECOSYSTEM_BASELINE_VENV,
+        ["torch", "accelerate==1.15.0", *ECOSYSTEM_LIBRARIES, *prebuilt],
+    )
+
+
+def ecosystem_pytest(session: nox.Session, env: dict[str, str], *args: str) -> None:
+    """The ecosystem tests, with ``env`` added to the CPU environment."""
+    session.run(
+        "pytest",
+        str(ECOSYSTEM_TESTS),
+        "-p",
+        "no:cacheprovider",
+        *args,
+        env={**cpu_env(session), **PEER_OFFLINE_ENV, **env},
+    )
 
 
 @nox.session(tags=["ci"], allow_parallel=True)
 @timed
 def ecosystem(session: nox.Session) -> None:
-    """transformers' Trainer, TRL and PEFT on accel, against Accelerate 1.15.0 in a second venv.
+    """transformers' Trainer, TRL and PEFT on accel, against Accelerate 1.15.0's recorded results.
 
-    The same job scripts (tests-integration/ecosystem) run on both; their logged losses, grad
-    norms and eval metrics must agree. PEFT and TRL pull the real Accelerate into accel's venv
-    too, so the alias is tested where it has to win over it.
+    The same job scripts (tests-integration/ecosystem) ran on Accelerate when the record in
+    ``tests-integration/ecosystem/reference/`` was made (``ecosystem_reference``); accel's logged
+    losses, grad norms and eval metrics must agree with it. The session fails, naming
+    ``ecosystem_reference``, when the record was made with other library versions than it
+    installs; on a machine whose CPU kernels differ from the record's it runs Accelerate's side
+    live in a second venv, as before. PEFT and TRL pull the real Accelerate into accel's venv too,
+    so the alias is tested where it has to win over it.
     """
-    prebuilt = deepspeed_wheel(session)
-    install_packages(session, "cpu", PACKAGES, *ECOSYSTEM_LIBRARIES, *prebuilt)
-    baseline = side_venv_python(
-        session,
-        ECOSYSTEM_BASELINE_VENV,
-        ["torch", "accelerate==1.15.0", *ECOSYSTEM_LIBRARIES, *prebuilt],
-    )
-    session.run(
-        "pytest",
-        str(ROOT / "tests-integration" / "ecosystem"),
-        "-p",
-        "no:cacheprovider",
-        *junit_args(session),
-        *session.posargs,
-        env={
-            **cpu_env(session),
-            **PEER_OFFLINE_ENV,
-            "ACCEL_ECOSYSTEM_BASELINE_PYTHON": baseline,
-        },
-    )
+    prebuilt = ecosystem_install(session)
+    verdict = session.run("python", str(ECOSYSTEM_REFERENCE), "check", silent=True)
+    env: dict[str, str] = {}
+    if not isinstance(verdict, str) or verdict.strip().splitlines()[-1] != "replay":
+        session.log(f"{verdict}: running Accelerate's side in a second venv")
+        env[ECOSYSTEM_BASELINE_ENV] = ecosystem_baseline_python(session, prebuilt)
+    ecosystem_pytest(session, env, *junit_args(session), *session.posargs)
+
+
+@nox.session
+@timed
+def ecosystem_reference(session: nox.Session) -> None:
+    """Record Accelerate 1.15.0's results of the ecosystem jobs (not in CI).
+
+    Runs the ecosystem tests with Accelerate's side live in a second venv, writes its results,
+    then runs every one of its jobs again and fails unless both records are identical (the
+    replay relies on that). Shows how the new record differs from the committed one, then
+    replaces it: commit tests-integration/ecosystem/reference/ afterwards. Run it after changing
+    the pinned libraries (the ``ecosystem`` session says when).
+    """
+    prebuilt = ecosystem_install(session)
+    baseline = ecosystem_baseline_python(session, prebuilt)
+    folder = Path(session.create_tmp())
+    first, second = folder / "reference-first.json", folder / "reference-second.json"
+    env = {ECOSYSTEM_BASELINE_ENV: baseline, "ACCEL_ECOSYSTEM_RECORD": str(first)}
+    ecosystem_pytest(session, env, *session.posargs)
+    run_env = {**cpu_env(session), **PEER_OFFLINE_ENV}
+    script = str(ECOSYSTEM_REFERENCE)
+    session.run("python", script, "repeat", str(first), str(second), baseline, env=run_env)
+    session.run("python", script, "diff", str(first), str(second))
+    committed = ECOSYSTEM_TESTS / "reference" / "accelerate-1.15.0.json"
+    if committed.exists():
+        session.run("python", script, "diff", str(committed), str(first), success_codes=[0, 1])
+    committed.parent.mkdir(exist_ok=True)
+    shutil.copyfile(first, committed)
+    session.log(f"ecosystem reference: wrote {committed}; commit it")
 
 
 RAY_REQUIREMENT = "ray[train]==2.60.0"
@@ -969,21 +1030,8 @@ def torch_versions(session: nox.Session, release: str) -> None:
             session.log(f"torch {version}: {label}: {counts} (passed/failed/skipped)")
 
 
-# Each launch here takes a free port, so the session can run beside any other under --parallel.
-@nox.session(allow_parallel=True)
-@nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in ("pinned", "oldest")])
-@timed
-def peer(session: nox.Session, release: str) -> None:
-    """Accelerate 1.15's own test scripts and unit suite, renamed to accel, on the CPU.
-
-    The scripts (scripts/peer_scripts.py) run on 1 and 2 processes from the pinned wheel; the unit
-    suite (scripts/peer_unit_tests.py) runs from the pinned sdist on accel and, unrenamed, on
-    Accelerate itself in a second venv, compared test by test. Both downloads are kept in
-    ~/.cache/accel-peer (sha256 checked) and only read. Arguments go to the scripts' runner.
-
-    ``pinned`` runs both on ``constraints/cpu.txt``'s torch; ``oldest`` runs the unit suite on
-    the oldest torch the packages declare (``constraints/torch-oldest.txt``), both venvs on it.
-    """
+def peer_install(session: nox.Session, release: str) -> str:
+    """accel and the peer test dependencies on ``release``'s torch; returns the constraints."""
     constraints = (
         CONSTRAINTS["cpu"] if release == "pinned" else torch_release_constraints(session, release)
     )
@@ -994,23 +1042,83 @@ def peer(session: nox.Session, release: str) -> None:
         *PEER_SCRIPT_DEPENDENCIES,
         *PEER_UNIT_DEPENDENCIES,
     )
+    return constraints
+
+
+def peer_unit_expectations(release: str) -> list[str]:
+    """The ``--expect-fail`` arguments of ``release``'s expected failures."""
+    expected = {
+        **PEER_UNIT_EXPECTED_FAILURES,
+        **PEER_UNIT_EXPECTED_FAILURES_BY_RELEASE.get(release, {}),
+    }
+    return [f"--expect-fail={name}={why}" for name, why in expected.items()]
+
+
+def peer_reference_file(release: str) -> Path:
+    """Where Accelerate's recorded unit-suite outcomes on ``release``'s torch are kept."""
+    return PEER_REFERENCE_DIR / f"accelerate-1.15.0-{release}.json"
+
+
+# Each launch here takes a free port, so the session can run beside any other under --parallel.
+@nox.session(allow_parallel=True)
+@nox.parametrize("release", [nox.param(name, tags=["ci"]) for name in PEER_RELEASES])
+@timed
+def peer(session: nox.Session, release: str) -> None:
+    """Accelerate 1.15's own test scripts and unit suite, renamed to accel, on the CPU.
+
+    The scripts (scripts/peer_scripts.py) run on 1 and 2 processes from the pinned wheel; the unit
+    suite (scripts/peer_unit_tests.py) runs from the pinned sdist on accel and is compared test by
+    test with Accelerate's own outcomes of it, recorded by ``peer_reference`` in
+    ``scripts/peer_reference/`` with the versions of its venv: the session fails, naming that
+    session, when it installs other versions (a release with no record yet runs the suite on
+    Accelerate in a second venv, as before). Both downloads are kept in ~/.cache/accel-peer
+    (sha256 checked) and only read. Arguments go to the scripts' runner.
+
+    ``pinned`` runs both on ``constraints/cpu.txt``'s torch; ``oldest`` runs the unit suite on
+    the oldest torch the packages declare (``constraints/torch-oldest.txt``).
+    """
+    constraints = peer_install(session, release)
     peer_env = {**cpu_env(session), **PEER_OFFLINE_ENV}
     if release == "pinned":
         session.run(
             "python", str(ROOT / "scripts" / "peer_scripts.py"), *session.posargs, env=peer_env
         )
-    expected = {
-        **PEER_UNIT_EXPECTED_FAILURES,
-        **PEER_UNIT_EXPECTED_FAILURES_BY_RELEASE.get(release, {}),
-    }
-    expectations = [f"--expect-fail={name}={why}" for name, why in expected.items()]
+    record = peer_reference_file(release)
+    if record.exists():
+        baseline = ["--baseline-outcomes", str(record)]
+    else:  # until `peer_reference` has recorded this release: Accelerate runs live
+        session.log(f"peer: no {record.name}: running Accelerate's unit suite in a second venv")
+        baseline = ["--baseline-python", peer_baseline_python(session, constraints, release)]
+    session.run(
+        "python",
+        str(ROOT / "scripts" / "peer_unit_tests.py"),
+        *baseline,
+        f"--record-session=nox -s \"peer_reference(release='{release}')\"",
+        *peer_unit_expectations(release),
+        env=peer_env,
+    )
+
+
+@nox.session
+@nox.parametrize("release", list(PEER_RELEASES))
+@timed
+def peer_reference(session: nox.Session, release: str) -> None:
+    """Record Accelerate 1.15's outcomes of its own unit suite on ``release``'s torch (not CI).
+
+    Runs the suite on Accelerate in a second venv (the peer venv's versions) and on accel,
+    compares them as ``peer`` does, and writes Accelerate's outcomes with its versions to
+    ``scripts/peer_reference/``: commit the file. Run it after changing a pin ``peer`` names.
+    """
+    constraints = peer_install(session, release)
     session.run(
         "python",
         str(ROOT / "scripts" / "peer_unit_tests.py"),
         "--baseline-python",
         peer_baseline_python(session, constraints, release),
-        *expectations,
-        env=peer_env,
+        "--record",
+        str(peer_reference_file(release)),
+        *peer_unit_expectations(release),
+        env={**cpu_env(session), **PEER_OFFLINE_ENV},
     )
 
 

@@ -20,14 +20,25 @@ library is used::
 
     python scripts/peer_unit_tests.py --baseline-python /path/to/accelerate-venv/bin/python
     python scripts/peer_unit_tests.py --only test_data_loader.py    # accel only, no comparison
+
+Accelerate is a fixed release, so its outcomes only change with the libraries around it: with
+``--record FILE`` the baseline's outcomes are written to ``FILE`` with the versions of those
+libraries (``scripts/peer_reference/``, by the non-CI ``peer_reference`` nox sessions), and with
+``--baseline-outcomes FILE`` they are read from it instead of run, after checking that this
+interpreter holds the recorded versions (else the run fails, naming the session to record them
+again)::
+
+    python scripts/peer_unit_tests.py --baseline-outcomes scripts/peer_reference/pinned.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import io
 import json
+import platform
 import re
 import shutil
 import subprocess
@@ -57,6 +68,94 @@ SKIPPED = "skipped"
 _DOTTED_MODULE = re.compile(r"(?<![\w/.-])accelerate(?=(?:\.[A-Za-z_]\w*)+(?![\w/-]))")
 _IMPORT_LINE = re.compile(r"\b(import|from)(\s+)accelerate\b")
 _IMPORT_LIST = re.compile(r"(?<=,)(\s*)accelerate(?=[\s.,'\"]|$)")
+
+
+# The distributions whose versions decide the baseline's outcomes (the peer venvs' pins):
+# a record of Accelerate's outcomes holds them, and is replayed only where they are installed.
+RECORDED_DISTRIBUTIONS = (
+    "torch",
+    "numpy",
+    "pytest",
+    "pytest-timeout",
+    "pytest-subtests",
+    "parameterized",
+    "packaging",
+    "psutil",
+    "torchdata",
+    "transformers",
+    "datasets",
+    "evaluate",
+)
+_ENVIRONMENT_SNIPPET = (
+    "import importlib.metadata as m, json, platform, sys\n"
+    "versions = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try: versions[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError: versions[name] = None\n"
+    "print(json.dumps({'python': '.'.join(platform.python_version_tuple()[:2]), "
+    "'libraries': versions}))\n"
+)
+
+
+def environment(python: str | None = None) -> dict[str, object]:
+    """Python's version and :data:`RECORDED_DISTRIBUTIONS`' in ``python`` (default: this one)."""
+    if python is None:
+        versions: dict[str, str | None] = {}
+        for name in RECORDED_DISTRIBUTIONS:
+            try:
+                versions[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                versions[name] = None
+        return {"python": ".".join(platform.python_version_tuple()[:2]), "libraries": versions}
+    printed = subprocess.run(
+        [python, "-c", _ENVIRONMENT_SNIPPET, *RECORDED_DISTRIBUTIONS],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    recorded: dict[str, object] = json.loads(printed)
+    return recorded
+
+
+def recorded_outcomes(path: Path, session: str) -> dict[str, str]:
+    """The baseline outcomes recorded in ``path``, if they were recorded with this environment.
+
+    Raises:
+        SystemExit: No record, or one made with other versions; the message names ``session``,
+            the nox session that records it again.
+    """
+    if not path.is_file():
+        raise SystemExit(f"peer unit: no recorded Accelerate outcomes at {path}: run {session}")
+    record = json.loads(path.read_text())
+    here = environment()
+    if record["environment"] != here:
+        theirs, ours = record["environment"], here
+        lines = [
+            f"{name}: recorded {theirs['libraries'].get(name)}, installed {version}"
+            for name, version in ours["libraries"].items()  # type: ignore[attr-defined]
+            if theirs["libraries"].get(name) != version
+        ]
+        if theirs["python"] != ours["python"]:
+            lines.append(f"python: recorded {theirs['python']}, installed {ours['python']}")
+        raise SystemExit(
+            f"peer unit: the recorded Accelerate outcomes ({path}) were made with other versions "
+            "than this venv holds:\n  " + "\n  ".join(lines) + f"\nrun {session} to record "
+            "them again, and commit the file"
+        )
+    outcomes: dict[str, str] = record["outcomes"]
+    return outcomes
+
+
+def write_outcomes(path: Path, outcomes: Mapping[str, str], baseline_python: str) -> None:
+    """Record the baseline's ``outcomes`` in ``path``, with ``baseline_python``'s versions."""
+    record = {
+        "note": f"Accelerate {ACCELERATE_VERSION}'s own unit suite on the CPU, outcome per test",
+        "environment": environment(baseline_python),
+        "outcomes": dict(sorted(outcomes.items())),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"peer unit: recorded {len(outcomes)} outcomes of Accelerate's suite in {path}")
 
 
 def fetch_sdist(folder: Path) -> Path:
@@ -256,23 +355,51 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", nargs="+", default=[], metavar="FILE", help="test files to run")
     parser.add_argument("--expect-fail", action="append", default=[], metavar="TEST_ID=REASON")
+    parser.add_argument(
+        "--baseline-outcomes",
+        type=Path,
+        help="read Accelerate's outcomes from this record (see --record) instead of running it",
+    )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        help="with --baseline-python: write Accelerate's outcomes and versions here",
+    )
+    parser.add_argument(
+        "--record-session",
+        default="the peer_reference nox session",
+        help="what records the outcomes again (named when a record does not fit)",
+    )
     parser.add_argument("--results", type=Path, help="write both runs' outcomes here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
+    if args.record and not args.baseline_python:
+        parser.error("--record writes Accelerate's outcomes: give --baseline-python too")
+    if args.baseline_outcomes and args.baseline_python:
+        parser.error("--baseline-outcomes replaces --baseline-python: give one of them")
+    if (args.record or args.baseline_outcomes) and (args.only or args.pytest_args):
+        parser.error("a record holds the whole suite: no --only or pytest arguments with it")
     expected = parse_expectations(args.expect_fail)
+    recorded: dict[str, str] | None = None
+    if args.baseline_outcomes:
+        recorded = recorded_outcomes(args.baseline_outcomes, args.record_session)
+    compared = bool(args.baseline_python) or recorded is not None
     sdist = fetch_sdist(cache_dir())
     work = Path(tempfile.mkdtemp(prefix="accel_peer_unit_"))
     flaky: list[str] = []
     try:
         accel_root = extract_tests(sdist, work, rename=True)
         accel = run_suite(sys.executable, accel_root, args.only, "accel", args.pytest_args)
-        baseline: dict[str, str] = {}
+        baseline: dict[str, str] = recorded or {}
         if args.baseline_python:
             root = extract_tests(sdist, work, rename=False)
             baseline = run_suite(
                 args.baseline_python, root, args.only, "accelerate", args.pytest_args
             )
+            if args.record:
+                write_outcomes(args.record, baseline, args.baseline_python)
+        if compared:
             first = compare(baseline, accel, expected)
             if first.unexpected:
                 accel, flaky = rerun_alone(accel_root, accel, first.unexpected, args.pytest_args)
@@ -283,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"peer unit: kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    if not args.baseline_python:
+    if not compared:
         counts = {o: sum(v == o for v in accel.values()) for o in (PASSED, FAILED, SKIPPED)}
         print(f"peer unit: accel only: {counts}")
         return 1 if counts[FAILED] else 0

@@ -4,6 +4,10 @@ The ``ecosystem`` nox session installs transformers, PEFT and TRL (pinned) besid
 makes a second venv with Accelerate 1.15.0 whose interpreter it names in
 ``ACCEL_ECOSYSTEM_BASELINE_PYTHON``. Jobs run once per session and are shared between tests
 (:class:`JobRunner`): a Trainer launch costs 10-20 s here.
+
+Accelerate's side is a fixed release: without a venv to run it in, its results come from the record
+in ``reference/`` (reference.py), made by the ``ecosystem_reference`` session, which sets
+``ACCEL_ECOSYSTEM_RECORD`` to the file to write.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reference
 from accelerate_names import imported_names, write_sites
 from name_use_recorder import SITES_ENV, used_names
 
 HERE = Path(__file__).parent
 BASELINE_PYTHON_ENV = "ACCEL_ECOSYSTEM_BASELINE_PYTHON"
+RECORD_ENV = "ACCEL_ECOSYSTEM_RECORD"
 #: Logged values that measure time, not training: never compared.
 _TIMING_WORDS = ("runtime", "per_second")
 JOB_TIMEOUT = 600
@@ -53,11 +59,28 @@ def job_env(tmp: Path) -> dict[str, str]:
 
 
 class JobRunner:
-    """Runs each distinct job once (on ``accel`` or ``accelerate``) and keeps its result."""
+    """Runs each distinct job once (on ``accel`` or ``accelerate``) and keeps its result.
 
-    def __init__(self, root: Path) -> None:
+    Args:
+        root: Where the jobs' folders go.
+        baseline_python: An interpreter with Accelerate installed, to run its side live; without
+            one, its side is replayed from ``record_file``.
+        record_file: The record to replay from; with ``baseline_python``, the file to write
+            Accelerate's live results to (:meth:`write_record`).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        baseline_python: str | None = None,
+        record_file: Path = reference.RESULTS_FILE,
+    ) -> None:
         self.root = root
+        self.baseline_python = baseline_python
+        self.record_file = record_file
         self._results: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._record: dict[str, Any] | None = None
+        self._recorded: dict[str, dict[str, Any]] = {}
         # Every job records which Accelerate names the libraries' code reached (test_names.py).
         self.name_sites = root / "accelerate_name_sites.json"
         write_sites(self.name_sites, imported_names())
@@ -86,9 +109,8 @@ class JobRunner:
                 str(processes),
             ]
             return [*launch, *flags, script_path, str(out), *args]
-        python = os.environ.get(BASELINE_PYTHON_ENV)
-        if not python:
-            pytest.skip(f"{BASELINE_PYTHON_ENV} is not set: no Accelerate venv to compare with")
+        python = self.baseline_python
+        assert python, "Accelerate's side runs live only with baseline_python"
         if processes == 1 and not flags:
             return [python, script_path, str(out), *args]
         launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
@@ -111,6 +133,8 @@ class JobRunner:
         ``_names_used``, the Accelerate names the libraries' code reached in any of its processes.
         """
         key = (target, script, args, processes, flags)
+        if key not in self._results and target == "accelerate" and not self.baseline_python:
+            self._results[key] = self._replay(script, args, processes, flags)
         if key not in self._results:
             out = self.root / f"job{len(self._results)}-{target}"
             out.mkdir(parents=True)
@@ -134,7 +158,50 @@ class JobRunner:
             result["_out"] = str(out)
             result["_names_used"] = sorted(used_names(out))
             self._results[key] = result
+            if target == "accelerate":
+                name = reference.job_key(script, self._relative(args), processes, flags)
+                self._recorded[name] = {k: v for k, v in result.items() if k != "_out"}
         return self._results[key]
+
+    def _relative(self, args: tuple[str, ...]) -> tuple[str, ...]:
+        """``args`` with this session's folder written as ``{root}`` (the same in every run)."""
+        return tuple(arg.replace(str(self.root), "{root}") for arg in args)
+
+    def _replay(
+        self, script: str, args: tuple[str, ...], processes: int, flags: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """Accelerate's recorded result for the job (no ``_out``: its files were not kept)."""
+        try:
+            if self._record is None:
+                record = reference.load(self.record_file)
+                machine = reference.check_fits(record, reference.environment())
+                if machine:
+                    raise reference.ReferenceMismatch(
+                        "the record was made on another machine ("
+                        + "; ".join(machine)
+                        + f"): set {BASELINE_PYTHON_ENV} to run Accelerate's side here (the "
+                        "ecosystem session does)"
+                    )
+                self._record = record
+            key = reference.job_key(script, self._relative(args), processes, flags)
+            return reference.replayed(self._record, key)
+        except reference.ReferenceMismatch as error:
+            pytest.fail(str(error))
+
+    def write_record(self, environment: dict[str, Any]) -> int:
+        """Write Accelerate's live results of this session, recorded in ``environment``.
+
+        Returns:
+            How many jobs were written.
+        """
+        record = {
+            "note": f"Accelerate 1.15.0's results of the ecosystem jobs: `{reference.RECORD_SESSION}`",
+            "environment": environment,
+            "results": dict(sorted(self._recorded.items())),
+        }
+        self.record_file.parent.mkdir(parents=True, exist_ok=True)
+        self.record_file.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        return len(self._recorded)
 
 
 def _numbers(record: dict[str, Any], ignore: tuple[str, ...]) -> dict[str, float]:

@@ -8,7 +8,9 @@ comparison fails (an unexpected failure, or an expected-failure entry that went 
 from __future__ import annotations
 
 import importlib
+import json
 import pathlib
+import sys
 import textwrap
 
 import pytest
@@ -125,3 +127,31 @@ def test_an_unexpected_failure_runs_again_alone_and_only_a_pass_there_is_called_
     outcomes, flaky = runner.rerun_alone(tmp_path, first, [flaky_id, broken_id], [])
     assert flaky == [flaky_id]
     assert outcomes == {flaky_id: runner.PASSED, broken_id: runner.FAILED}
+
+
+def test_a_record_replays_where_the_versions_it_names_are_installed(runner, tmp_path):
+    """--record writes the baseline's outcomes with its versions; the replay checks them."""
+    record = tmp_path / "pinned.json"
+    outcomes = {"test_a.py::T::test_x": runner.PASSED, "test_a.py::T::test_y": runner.SKIPPED}
+    runner.write_outcomes(record, outcomes, sys.executable)
+    assert runner.recorded_outcomes(record, "nox -s peer_reference") == outcomes
+
+
+def test_a_record_from_other_versions_is_refused_naming_the_session(runner, tmp_path):
+    record = tmp_path / "pinned.json"
+    runner.write_outcomes(record, {"test_a.py::T::test_x": runner.PASSED}, sys.executable)
+    data = json.loads(record.read_text())
+    data["environment"]["libraries"]["torch"] = "0.0.1"
+    record.write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match=r"(?s)torch: recorded 0\.0\.1.*nox -s peer_reference"):
+        runner.recorded_outcomes(record, "nox -s peer_reference")
+    with pytest.raises(SystemExit, match=r"no recorded Accelerate outcomes.*nox -s peer_reference"):
+        runner.recorded_outcomes(tmp_path / "absent.json", "nox -s peer_reference")
+
+
+def test_a_record_is_made_from_the_whole_suite_only(runner, tmp_path):
+    with pytest.raises(SystemExit):
+        runner.main(["--record", str(tmp_path / "r.json"), "--baseline-python", sys.executable,
+                     "--only", "test_utils.py"])  # fmt: skip
+    with pytest.raises(SystemExit):
+        runner.main(["--record", str(tmp_path / "r.json")])

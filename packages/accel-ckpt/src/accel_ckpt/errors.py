@@ -79,6 +79,10 @@ class CheckpointContentsError(AccelCkptError, ValueError):
     """The objects passed to ``load_state`` do not match what the checkpoint holds."""
 
 
+class InvalidSavePlanError(CheckpointContentsError):
+    """The chunks the processes would save do not tile their tensors (bounds, overlap, cover)."""
+
+
 class DistributedCheckpointError(AccelCkptError, RuntimeError):
     """Another process failed while saving; nothing was committed."""
 

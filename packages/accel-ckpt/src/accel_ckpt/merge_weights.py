@@ -79,6 +79,8 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.checkpoint.state_dict_loader import load
 
+    from accel_ckpt.dcp_planning import ScalableLoadPlanner
+
     reader = FileSystemReader(str(path))
     metadata = reader.read_metadata()
     targets: dict[str, torch.Tensor] = {}
@@ -89,7 +91,7 @@ def load_sharded_model(folder: PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointNotFoundError(
             f"{os.fspath(folder)!r} holds no model tensors (no '{MODEL_PREFIX}*' entries)."
         )
-    load(targets, storage_reader=reader, **local_dcp_options())
+    load(targets, storage_reader=reader, planner=ScalableLoadPlanner(), **local_dcp_options())
     return {key.removeprefix(MODEL_PREFIX): tensor for key, tensor in targets.items()}
 
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -32,7 +32,12 @@ from accel_ckpt.errors import (
 from accel_ckpt.model_io import ALIASES_KEY, unwrap_model
 from accel_ckpt.pickle_io import load_pickled
 from accel_ckpt.placement import DeviceLike, Placer, resolve_dtype
-from accel_ckpt.safetensors_io import iter_safetensors, read_header, read_safetensors
+from accel_ckpt.safetensors_io import (
+    SafetensorsHeader,
+    iter_safetensors,
+    read_header,
+    read_safetensors,
+)
 from accel_ckpt.sharding import (
     SAFE_WEIGHTS_INDEX_NAME,
     SAFE_WEIGHTS_NAME,
@@ -40,6 +45,7 @@ from accel_ckpt.sharding import (
     WEIGHTS_NAME,
     read_index,
 )
+from accel_ckpt.shared_read import SharedReads
 
 logger = logging.getLogger(__name__)
 # Accelerate reports unused checkpoint weights on ``accelerate.utils.modeling``; accel's twin.
@@ -133,24 +139,16 @@ def _raise_for_keys(missing: list[str], unexpected: list[str], source: str) -> N
     )
 
 
-def load_model_source(
-    model: nn.Module,
+def _check_source(
+    model_keys: list[str],
+    ties: Mapping[str, int],
     source: ModelSource,
     placer: Placer,
-    *,
     strict: bool,
-    allow_pickle: bool = False,
-    expected: Mapping[Path, FileRecord] | None = None,
-) -> IncompatibleKeys:
-    """Load ``source`` into the (unwrapped) ``model`` through ``placer``.
-
-    Key and shape checks run before any weight is changed, whenever the file format allows
-    (safetensors headers and shard indexes always do).
-    """
+) -> tuple[str, dict[Path, SafetensorsHeader], dict[str, str], set[str] | None]:
+    """Key and shape checks before any weight changes: ``(label, headers, aliases, stored)``."""
     label = os.fspath(source.files[0].parent if len(source.files) > 1 else source.files[0])
-    model_keys = list(model.state_dict(keep_vars=True).keys())
     key_set = set(model_keys)
-    ties = placer.tied_groups()
     headers = {path: read_header(path) for path in source.files} if source.safetensors else {}
     aliases = dict(source.aliases)
     for header in headers.values():
@@ -180,6 +178,126 @@ def load_model_source(
         missing, unexpected = _key_problems(model_keys, stored, ties)
         if strict and (missing or unexpected):
             _raise_for_keys(missing, unexpected, label)
+    return label, headers, aliases, stored
+
+
+def _pickled_tensors(
+    path: Path, allow_pickle: bool, record: FileRecord | None, mmap: bool = True
+) -> dict[str, torch.Tensor]:
+    tensors = load_pickled(path, allow_pickle=allow_pickle, mmap=mmap, expected=record)
+    if not isinstance(tensors, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in tensors.values()
+    ):
+        raise CorruptCheckpointError(f"{path} does not hold a state dict of tensors.")
+    return dict(tensors)
+
+
+def _finish_load(
+    model: nn.Module,
+    placer: Placer,
+    model_keys: list[str],
+    ties: Mapping[str, int],
+    seen: set[str],
+    strict: bool,
+    label: str,
+) -> IncompatibleKeys:
+    placer.finish()
+    missing, unexpected = _key_problems(model_keys, seen, ties)
+    if strict and (missing or unexpected):
+        _raise_for_keys(missing, unexpected, label)
+    if unexpected:
+        _modeling_logger.warning(
+            "Some weights of the model checkpoint at %s were not used when initializing %s: %s. "
+            "They are ignored; pass strict=True to make this an error.",
+            label,
+            type(model).__name__,
+            format_keys(unexpected),
+        )
+    return IncompatibleKeys(missing, unexpected)
+
+
+def load_model_shared(
+    model: nn.Module,
+    source: Callable[[], ModelSource],
+    placer: Placer,
+    sharing: SharedReads,
+    *,
+    strict: bool,
+    allow_pickle: bool = False,
+    expected: Mapping[Path, FileRecord] | None = None,
+) -> IncompatibleKeys:
+    """:func:`load_model_source` with every file read once, by ``sharing``'s source process.
+
+    Collective: every process calls it with the same model layout. The source process resolves
+    ``source()``, runs the key and shape checks, then reads one file at a time; its tensors are
+    broadcast straight into the other processes' parameters where device, dtype and shape allow.
+    An error on the source (no such file, damaged file, mismatched keys) is raised everywhere.
+    """
+    model_keys = list(model.state_dict(keep_vars=True).keys())
+    key_set = set(model_keys)
+    ties = placer.tied_groups()
+    in_place = {name: placer.current(name) for name in model_keys if placer.reads_in_place(name)}
+    checked: list[set[str] | None] = []
+
+    def plan() -> dict[str, Any]:
+        found = source()
+        label, _, aliases, stored = _check_source(model_keys, ties, found, placer, strict)
+        checked.append(stored)
+        files = [os.fspath(path) for path in found.files]
+        return {
+            "label": label,
+            "files": files,
+            "safetensors": found.safetensors,
+            "aliases": aliases,
+        }
+
+    layout = sharing.read(plan, "the model checkpoint's layout")
+    label, aliases = str(layout["label"]), dict(layout["aliases"])
+    seen: set[str] = set()
+    for name in layout["files"]:
+        path = Path(name)
+        record = expected.get(path) if expected is not None else None
+
+        def read(path: Path = path, record: FileRecord | None = record) -> Any:
+            if layout["safetensors"]:
+                return read_safetensors(path, targets=in_place, expected=record).tensors
+            tensors = _pickled_tensors(path, allow_pickle, record, mmap=False)
+            if checked[0] is None:
+                missing, unexpected = _key_problems(model_keys, set(tensors), ties)
+                if strict and (missing or unexpected):
+                    _raise_for_keys(missing, unexpected, label)
+            return tensors
+
+        tensors = sharing.read(read, os.fspath(path), targets=in_place, allow_pickle=allow_pickle)
+        for alias, canonical in aliases.items():
+            if canonical in tensors and alias not in tensors:
+                tensors[alias] = tensors[canonical]
+        for key, value in tensors.items():
+            seen.add(key)
+            if key in key_set:
+                placer.assign(key, value, os.fspath(path))
+        del tensors
+    return _finish_load(model, placer, model_keys, ties, seen, strict, label)
+
+
+def load_model_source(
+    model: nn.Module,
+    source: ModelSource,
+    placer: Placer,
+    *,
+    strict: bool,
+    allow_pickle: bool = False,
+    expected: Mapping[Path, FileRecord] | None = None,
+) -> IncompatibleKeys:
+    """Load ``source`` into the (unwrapped) ``model`` through ``placer``.
+
+    Key and shape checks run before any weight is changed, whenever the file format allows
+    (safetensors headers and shard indexes always do).
+    """
+    model_keys = list(model.state_dict(keep_vars=True).keys())
+    ties = placer.tied_groups()
+    label, headers, aliases, stored = _check_source(model_keys, ties, source, placer, strict)
+    key_set = set(model_keys)
     seen: set[str] = set()
     by_canonical: dict[str, list[str]] = {}
     for alias, canonical in aliases.items():
@@ -217,12 +335,7 @@ def load_model_source(
             }
             tensors = read_safetensors(path, targets=targets, expected=record).tensors
         else:
-            tensors = load_pickled(path, allow_pickle=allow_pickle, mmap=True, expected=record)
-            if not isinstance(tensors, Mapping) or not all(
-                isinstance(v, torch.Tensor) for v in tensors.values()
-            ):
-                raise CorruptCheckpointError(f"{path} does not hold a state dict of tensors.")
-            tensors = dict(tensors)
+            tensors = _pickled_tensors(path, allow_pickle, record)
             if stored is None:
                 missing, unexpected = _key_problems(model_keys, set(tensors), ties)
                 if strict and (missing or unexpected):
@@ -234,19 +347,7 @@ def load_model_source(
             seen.add(name)
             if name in key_set:
                 placer.assign(name, value, os.fspath(path))
-    placer.finish()
-    missing, unexpected = _key_problems(model_keys, seen, ties)
-    if strict and (missing or unexpected):
-        _raise_for_keys(missing, unexpected, label)
-    if unexpected:
-        _modeling_logger.warning(
-            "Some weights of the model checkpoint at %s were not used when initializing %s: %s. "
-            "They are ignored; pass strict=True to make this an error.",
-            label,
-            type(model).__name__,
-            format_keys(unexpected),
-        )
-    return IncompatibleKeys(missing, unexpected)
+    return _finish_load(model, placer, model_keys, ties, seen, strict, label)
 
 
 def load_checkpoint_in_model(
@@ -294,7 +395,10 @@ def load_checkpoint_in_model(
             ``StateDictOptions``). Used without a ``device_map`` on a DTensor model, or with
             ``broadcast_from_rank0``.
         broadcast_from_rank0: Only process 0 reads the checkpoint (the path need not exist on
-            the others) and its tensors are broadcast; needs a process group.
+            the others) and its tensors are broadcast; needs a process group (collective: every
+            process calls this). On a model without DTensors and without a ``device_map``, each
+            file is read once and sent on as it is read, so no process holds the whole
+            checkpoint twice.
         allow_pickle: Allow ``.bin`` files that need arbitrary code to unpickle (trusted files only).
         unwrap: Custom unwrapping function.
 
@@ -323,7 +427,22 @@ def load_checkpoint_in_model(
         )
         dtype = None
     target = unwrap_model(model, unwrap)
-    if device_map is None and (broadcast_from_rank0 or holds_dtensors(target)):
+    dtensors = holds_dtensors(target)
+    sharing = (
+        SharedReads.current()
+        if broadcast_from_rank0 and device_map is None and not dtensors
+        else None
+    )
+    if sharing is not None:
+        return load_model_shared(
+            target,
+            lambda: resolve_model_checkpoint(checkpoint),
+            Placer(target),
+            sharing,
+            strict=strict,
+            allow_pickle=allow_pickle,
+        )
+    if device_map is None and (broadcast_from_rank0 or dtensors):
         missing, unexpected = load_with_state_dict_options(
             target,
             lambda: resolve_model_checkpoint(checkpoint).files,

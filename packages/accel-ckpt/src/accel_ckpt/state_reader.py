@@ -8,6 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from accel_ckpt.accelerate_import import latest_accelerate_checkpoint
@@ -20,11 +21,12 @@ from accel_ckpt.errors import (
     InvalidArgumentError,
 )
 from accel_ckpt.manifest import MANIFEST_NAME, Manifest, is_complete
-from accel_ckpt.model_loading import ModelSource, load_model_source
+from accel_ckpt.model_loading import ModelSource, load_model_shared, load_model_source
 from accel_ckpt.object_io import current_tensors, load_state_file
 from accel_ckpt.pickle_io import load_pickled
 from accel_ckpt.placement import Placer
 from accel_ckpt.project import ProjectConfiguration, checkpoint_number, latest_checkpoint
+from accel_ckpt.shared_read import SharedReads
 
 PathLike = str | os.PathLike[str]
 
@@ -57,8 +59,26 @@ def resolve_input_dir(input_dir: PathLike | None, config: ProjectConfiguration |
     return latest
 
 
+def _to_location(value: Any, location: str | torch.device, memo: dict[int, Any]) -> Any:
+    """``value`` with every tensor moved to ``location`` (a tensor reached twice moves once)."""
+    if isinstance(value, torch.Tensor):
+        if id(value) not in memo:
+            memo[id(value)] = value.to(location)
+        return memo[id(value)]
+    if isinstance(value, dict):
+        return type(value)((k, _to_location(v, location, memo)) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_to_location(v, location, memo) for v in value)
+    return value
+
+
 class CheckpointReader:
-    """Reads the files of one committed checkpoint, checking them against its manifest."""
+    """Reads the files of one committed checkpoint, checking them against its manifest.
+
+    With ``sharing`` (a job of several processes loading the same folder), files every process
+    needs identically are read by one process and broadcast (:mod:`accel_ckpt.shared_read`); the
+    calls that read them are then collective, in the same order on every process.
+    """
 
     def __init__(
         self,
@@ -67,12 +87,16 @@ class CheckpointReader:
         map_location: Any,
         allow_pickle: bool,
         safe_globals: Sequence[Any],
+        sharing: SharedReads | None = None,
     ) -> None:
         self.folder = folder
         self.manifest = manifest
         self.map_location = map_location
         self.allow_pickle = allow_pickle
         self.safe_globals = safe_globals
+        # A map_location dict or function is applied by torch.load while reading: read locally.
+        movable = map_location is None or isinstance(map_location, (str, torch.device))
+        self.sharing = sharing if movable else None
 
     def entry(self, category: str, index: int, kind: str) -> Any:
         """The manifest's entry for object ``index`` of ``category``."""
@@ -93,8 +117,42 @@ class CheckpointReader:
             )
         return self.manifest.files[relpath]
 
-    def state(self, relpath: str, into: Any = None) -> Any:
-        """The state stored in ``relpath``; tensors of ``into.state_dict()`` are filled in place."""
+    def state(self, relpath: str, into: Any = None, shared: bool = True) -> Any:
+        """The state stored in ``relpath``; tensors of ``into.state_dict()`` are filled in place.
+
+        ``shared``: the file is the same for every process (not a per-process RNG or dataloader
+        file), so with sharing one process reads it for all (collective).
+        """
+        if self.sharing is None or not shared:
+            return self._read(relpath, into)
+        use_targets = into is not None and self.map_location is None
+        targets = current_tensors(into.state_dict()) if use_targets else None
+        path, record = self.folder / relpath, self.record(relpath)
+
+        def read() -> Any:
+            if relpath.endswith(".safetensors"):
+                return load_state_file(path, expected=record, targets=targets)
+            return load_pickled(
+                path,
+                allow_pickle=self.allow_pickle,
+                map_location="cpu",
+                safe_globals=self.safe_globals,
+                expected=record,
+            )
+
+        value = self.sharing.read(
+            read,
+            os.fspath(path),
+            targets=targets,
+            allow_pickle=self.allow_pickle,
+            safe_globals=self.safe_globals,
+        )
+        if self.map_location is None:
+            return value
+        return _to_location(value, self.map_location, {})
+
+    def _read(self, relpath: str, into: Any) -> Any:
+        """:meth:`state`, read by this process."""
         path = self.folder / relpath
         if relpath.endswith(".safetensors"):
             use_targets = into is not None and self.map_location is None
@@ -111,7 +169,14 @@ class CheckpointReader:
         )
 
     def prefetch(self, pool: ThreadPoolExecutor, relpath: str, into: Any) -> Future[Any]:
-        """:meth:`state` on ``pool``; the targets are taken now, on the calling thread."""
+        """:meth:`state` on ``pool``; the targets are taken now, on the calling thread.
+
+        Not with sharing: its collectives must run in the same order on every process.
+        """
+        if self.sharing is not None:
+            raise InvalidArgumentError(
+                "CheckpointReader.prefetch with sharing: call state() in order on every process."
+            )
         if not relpath.endswith(".safetensors") or self.map_location is not None:
             return pool.submit(self.state, relpath)
         path, record = self.folder / relpath, self.record(relpath)
@@ -121,6 +186,18 @@ class CheckpointReader:
     def load_model(self, model: nn.Module, relpath: str, strict: bool) -> None:
         """Fill ``model`` (already unwrapped) in place from ``relpath``."""
         path = self.folder / relpath
+        if self.sharing is not None:
+            safetensors = relpath.endswith(".safetensors")
+            load_model_shared(
+                model,
+                lambda: ModelSource([path], safetensors),
+                Placer(model),
+                self.sharing,
+                strict=strict,
+                allow_pickle=self.allow_pickle,
+                expected={path: self.record(relpath)},
+            )
+            return
         load_model_source(
             model,
             ModelSource([path], relpath.endswith(".safetensors")),
@@ -129,6 +206,10 @@ class CheckpointReader:
             allow_pickle=self.allow_pickle,
             expected={path: self.record(relpath)},
         )
+
+    def dataloader_shared(self, index: int) -> bool:
+        """Whether dataloader ``index`` has one state for every process."""
+        return bool(self.entry("dataloaders", index, "a dataloader").get("shared"))
 
     def dataloader_file(self, index: int, rank: int) -> str:
         """The file holding dataloader ``index``'s state for process ``rank``."""

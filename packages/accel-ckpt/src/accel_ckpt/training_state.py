@@ -52,6 +52,7 @@ from accel_ckpt.model_io import unwrap_model
 from accel_ckpt.project import ProjectConfiguration, checkpoint_number
 from accel_ckpt.rng_state import derive_rng_states, restore_rng_states
 from accel_ckpt.sharded_state import ShardedState, check_sharded_states
+from accel_ckpt.shared_read import SharedReads
 from accel_ckpt.state_reader import CheckpointReader, resolve_input_dir
 from accel_ckpt.state_writer import CheckpointWriter, Items, folder_members
 from accel_ckpt.stateful import LoadHook, SaveHook, Stateful, Unwrap
@@ -404,7 +405,8 @@ def load_state(
         return LoadedCheckpoint(folder, imported)
     manifest = read_manifest(folder)
     verify_sizes(folder, manifest)
-    loader = CheckpointReader(folder, manifest, map_location, allow_pickle, safe_globals)
+    sharing = _shared_reads(folder)
+    loader = CheckpointReader(folder, manifest, map_location, allow_pickle, safe_globals, sharing)
     saved_sharded = manifest.contents.get("sharded_states", {})
     for state in sharded:
         if state.name not in saved_sharded:
@@ -416,18 +418,16 @@ def load_state(
         hook(model_list, str(folder))
     for state in sharded:
         state.load(resolve_inside(folder, state.name, f"sharded state {state.name!r} of {folder}"))
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accel-load") as pool:
-        # Optimizer files (the largest) are read in the background while the models load.
-        pending = [
-            loader.prefetch(pool, loader.entry("optimizers", index, "an optimizer"), optimizer)
-            for index, optimizer in enumerate(optimizers)
-        ]
+    if sharing is not None:  # collectives, in the same order on every process
         for index, model in enumerate(model_list):
             loader.load_model(
                 unwrap_model(model, unwrap), loader.entry("models", index, "a model"), strict
             )
-        for optimizer, future in zip(optimizers, pending, strict=True):
-            optimizer.load_state_dict(future.result())
+        for index, optimizer in enumerate(optimizers):
+            relpath = loader.entry("optimizers", index, "an optimizer")
+            optimizer.load_state_dict(loader.state(relpath, optimizer))
+    else:
+        _load_models_and_optimizers(loader, model_list, optimizers, strict, unwrap)
     for category, kind, objects in (
         ("schedulers", "a scheduler", schedulers),
         ("custom_objects", "a custom object", custom_objects),
@@ -445,7 +445,8 @@ def load_state(
     for index, dataloader in enumerate(dataloaders):
         if isinstance(dataloader, Stateful):
             relpath = loader.dataloader_file(index, rank)
-            dataloader.load_state_dict(loader.state(relpath))
+            shared = loader.dataloader_shared(index)
+            dataloader.load_state_dict(loader.state(relpath, shared=shared))
     if load_rng_states:
         _load_rng(folder, manifest, loader, rank)
     _advance_iteration(folder, project_config)
@@ -465,14 +466,14 @@ def _load_rng(folder: Path, manifest: Manifest, loader: CheckpointReader, rank: 
     saved = manifest.contents.get("random_states", {})
     relpath = saved.get(str(rank))
     if relpath is not None:
-        restore_rng_states(loader.state(relpath), os.fspath(folder / relpath))
+        restore_rng_states(loader.state(relpath, shared=False), os.fspath(folder / relpath))
         return
     count = manifest.num_processes
     source = saved.get(str(rank % count)) if count > 0 else None
     if source is None:
         logger.warning("%s has no RNG state for process %d; RNG not restored.", folder, rank)
         return
-    derive_rng_states(loader.state(source), rank, os.fspath(folder / source))
+    derive_rng_states(loader.state(source, shared=False), rank, os.fspath(folder / source))
     logger.warning(
         "%s was saved by %d processes: process %d has no RNG state of its own, so it continues "
         "from process %d's, reseeded with its rank (deterministic, distinct per process). Random "
@@ -483,6 +484,40 @@ def _load_rng(folder: Path, manifest: Manifest, loader: CheckpointReader, rank: 
         rank % count,
         count,
     )
+
+
+def _load_models_and_optimizers(
+    loader: CheckpointReader,
+    models: Sequence[nn.Module],
+    optimizers: Sequence[Any],
+    strict: bool,
+    unwrap: Unwrap | None,
+) -> None:
+    """Each process reads the files itself, the optimizers in the background."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accel-load") as pool:
+        # Optimizer files (the largest) are read in the background while the models load.
+        pending = [
+            loader.prefetch(pool, loader.entry("optimizers", index, "an optimizer"), optimizer)
+            for index, optimizer in enumerate(optimizers)
+        ]
+        for index, model in enumerate(models):
+            loader.load_model(
+                unwrap_model(model, unwrap), loader.entry("models", index, "a model"), strict
+            )
+        for optimizer, future in zip(optimizers, pending, strict=True):
+            optimizer.load_state_dict(future.result())
+
+
+def _shared_reads(folder: Path) -> SharedReads | None:
+    """Sharing for a job whose processes all load ``folder``; ``None`` otherwise.
+
+    Processes that load different folders (one per rank, say) each read their own files.
+    """
+    sharing = SharedReads.current()
+    if sharing is None:
+        return None
+    folders = Coordinator.current().all_gather(os.path.abspath(folder))
+    return sharing if len(set(folders)) == 1 else None
 
 
 def _rank() -> int:

@@ -476,7 +476,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
         help="Checkpoint layout.",
     )
     _bool_flag(fsdp, "--fsdp_use_orig_params", "Keep the original parameters visible.")
-    _bool_flag(fsdp, "--fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only.")
+    _bool_flag(
+        fsdp,
+        "--fsdp_cpu_ram_efficient_loading",
+        "Load the full weights on local rank 0 only (transformers' from_pretrained); the other "
+        "ranks get rank 0's when the model is prepared (needs --fsdp_sync_module_states true).",
+    )
     _bool_flag(fsdp, "--fsdp_sync_module_states", "Broadcast module states from rank 0.")
     _bool_flag(fsdp, "--fsdp_activation_checkpointing", "Checkpoint activations of FSDP units.")
     _bool_flag(

@@ -11,7 +11,7 @@ worker's environment and reads them back where accel's own variable is absent.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 MIXED_PRECISION = "ACCELERATE_MIXED_PRECISION"
 USE_CPU = "ACCELERATE_USE_CPU"
 GRADIENT_ACCUMULATION_STEPS = "ACCELERATE_GRADIENT_ACCUMULATION_STEPS"
+USE_FSDP = "ACCELERATE_USE_FSDP"
+#: Read by transformers' ``is_fsdp_enabled()``: load full weights on local rank 0 only.
+RAM_EFFICIENT_LOADING = "FSDP_CPU_RAM_EFFICIENT_LOADING"
+SYNC_MODULE_STATES = "FSDP_SYNC_MODULE_STATES"
 #: ``fsdp_*`` launcher keys -> Accelerate's ``FSDP_*`` variable (the rest: upper-cased key).
 _FSDP_RENAMES = {"fsdp_transformer_layer_cls_to_wrap": "FSDP_TRANSFORMER_CLS_TO_WRAP"}
 #: DeepSpeed launcher keys -> Accelerate's variable.
@@ -50,13 +54,46 @@ def _text(value: Any, lower_bools: bool = True) -> str:
 
 def fsdp_variables(fsdp_config: Mapping[str, Any]) -> dict[str, str]:
     """``ACCELERATE_USE_FSDP`` and one ``FSDP_*`` variable per ``fsdp_*`` setting given."""
-    env = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": str(fsdp_config.get("fsdp_version", 1))}
+    env = {USE_FSDP: "true", "FSDP_VERSION": str(fsdp_config.get("fsdp_version", 1))}
     for key, value in fsdp_config.items():
         if value is None or not key.startswith("fsdp_"):
             continue
         name = _FSDP_RENAMES.get(key, "FSDP_" + key.removeprefix("fsdp_").upper())
         env[name] = _text(value)
+    if _on(fsdp_config.get("fsdp_cpu_ram_efficient_loading")):
+        # As `accelerate launch`: rank-0-only loading goes with starting from rank 0's weights.
+        env.setdefault(SYNC_MODULE_STATES, "true")
     return env
+
+
+def _on(value: Any) -> bool:
+    """A setting that is on: ``True`` or the text ``true``/``1``/``yes``."""
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+
+
+def ram_efficient_loading_variables(enabled: bool) -> dict[str, str]:
+    """What transformers' ``from_pretrained`` reads to load full weights on local rank 0 only.
+
+    ``is_fsdp_enabled()`` needs ``ACCELERATE_USE_FSDP`` and ``FSDP_CPU_RAM_EFFICIENT_LOADING``;
+    ``FSDP_SYNC_MODULE_STATES`` says the other ranks start from rank 0's weights. Disabled, only
+    ``FSDP_CPU_RAM_EFFICIENT_LOADING`` is written (``false``).
+    """
+    if not enabled:
+        return {RAM_EFFICIENT_LOADING: "false"}
+    return {USE_FSDP: "true", RAM_EFFICIENT_LOADING: "true", SYNC_MODULE_STATES: "true"}
+
+
+def export_ram_efficient_loading(enabled: bool, environ: MutableMapping[str, str]) -> None:
+    """Write :func:`ram_efficient_loading_variables` into ``environ`` (this process's, usually).
+
+    The FSDP plugin calls it when ``cpu_ram_efficient_loading`` is set in code, so that a model
+    loaded afterwards in the same process is loaded on local rank 0 only, as a launcher's setting
+    would make it. A ``ACCELERATE_USE_FSDP`` already set is kept.
+    """
+    for name, value in ram_efficient_loading_variables(enabled).items():
+        if name == USE_FSDP and name in environ:
+            continue
+        environ[name] = value
 
 
 def deepspeed_variables(deepspeed_config: Mapping[str, Any]) -> dict[str, str]:

@@ -339,6 +339,51 @@ def local_dcp_options() -> dict[str, Any]:
     return {"no_dist": True} if "no_dist" in inspect.signature(save).parameters else {}
 
 
+@functools.cache
+def dcp_plan_caching() -> bool:
+    """Whether DCP's ``DefaultSavePlanner`` can cache save plans (``enable_plan_caching``).
+
+    Newer torch (2.13 has it; 2.4 does not) lets a repeated save with unchanged local plans
+    send empty, unusable plans and reuse the coordinator's cached global plan and metadata.
+    """
+    import inspect
+
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    init_takes_it = (
+        "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters
+    )
+    return init_takes_it and hasattr(DefaultSavePlanner, "_create_global_plan")
+
+
+@functools.cache
+def dcp_checks_cover_of_single_plan() -> bool:
+    """Whether DCP refuses a one-process save plan whose chunks do not cover a tensor whole.
+
+    torch 2.4 checks that the chunks of every tensor fill it for any number of plans; newer
+    releases only when several processes planned. Found by asking torch's own validator.
+    """
+    from torch.distributed.checkpoint import default_planner
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+    from torch.distributed.checkpoint.planner import SavePlan
+
+    half = ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([1]))
+    entry = TensorStorageMetadata(TensorProperties(dtype=torch.float32), torch.Size([2]), [half])
+    logger = default_planner.logger
+    quiet, logger.disabled = logger.disabled, True  # the probe's refusal is no news to a user
+    try:
+        outcome: Any = default_planner._validate_global_plan([SavePlan([])], Metadata({"t": entry}))
+    finally:
+        logger.disabled = quiet
+    # torch 2.4 answers a bool (False: refused); newer ones a list of errors (empty: accepted).
+    return outcome is False or (bool(outcome) and not isinstance(outcome, bool))
+
+
 #: The oldest torch whose Python process-group object lets go of the GIL before the C++ group
 #: joins its gloo worker threads. Older ones hold it, so freeing a group whose worker still has
 #: a Python object to free (the thread state a collective started in backward carries) waits
@@ -374,6 +419,8 @@ __all__ = [
     "OLDEST_SUPPORTED_TORCH",
     "FeatureGate",
     "accelerator_module",
+    "dcp_checks_cover_of_single_plan",
+    "dcp_plan_caching",
     "dtensor_class",
     "gate_table",
     "group_free_releases_gil",

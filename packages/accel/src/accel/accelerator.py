@@ -382,7 +382,8 @@ class Accelerator(
             return existing  # type: ignore[no-any-return]
         placement = self.device_placement if device_placement is None else device_placement
         self._check_quantized_placement(model)
-        if placement and not getattr(model, "hf_device_map", None):
+        placed_by_strategy = self.strategy.places_model_itself(model)
+        if placement and not getattr(model, "hf_device_map", None) and not placed_by_strategy:
             self._parameter_moves.update(move_model(model, self.device))
         self._parameter_moves.update(self.precision.prepare_model(model))
         patch_forward_for_precision(model, self.precision, self.autocast_handler)

@@ -67,6 +67,14 @@ class ModelStrategy:
         """Wrap a model that is already on its device."""
         return model
 
+    def places_model_itself(self, model: torch.nn.Module) -> bool:
+        """Whether :meth:`wrap` puts ``model`` on the device itself (``prepare`` then leaves it).
+
+        FSDP says so for a model on the ``meta`` device (``cpu_ram_efficient_loading``): it has no
+        values to move; sharding gives it storage and rank 0's weights.
+        """
+        return False
+
     def track_unwrapped(self, model: torch.nn.Module) -> None:
         """See a model prepared with ``evaluation_mode=True`` (left as it is): nothing to do here."""
 

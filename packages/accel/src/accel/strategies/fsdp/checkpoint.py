@@ -6,6 +6,11 @@
 state (``optimizer.pt``, tensors only, read with ``weights_only=True``); on load every rank reads
 them from the shared checkpoint folder and keeps its own shards.
 
+Planning goes through accel-ckpt's :mod:`accel_ckpt.dcp_planning`: the global save plan is
+validated in O(chunks log chunks) and, where torch caches save plans, reused by the next save of
+the same model with the same layout; each rank finds the saved chunks it loads by binary search,
+with the current key format only.
+
 ``save_state(blocking=False)``: :meth:`FSDPModelState.stage` copies this rank's shards (or, for a
 full state, rank 0's gathered tensors) into host buffers kept per model between saves, and the
 returned write runs ``torch.distributed.checkpoint.save`` on the background thread over the
@@ -50,32 +55,6 @@ def restore_param_group_settings(
         )
     for group, saved in zip(groups, saved_groups, strict=True):
         group.update({key: value for key, value in saved.items() if key != "params"})
-
-
-def current_format_planner() -> Any:
-    """A ``torch.distributed.checkpoint`` load planner for checkpoints written by torch >= 2.4.
-
-    torch's default planner guesses that a checkpoint predates torch 2.4 when this process asks
-    for fewer keys than it holds, and then switches to the old key format. An FSDP1 process that
-    holds no element of some parameter (more processes than the flat parameter splits into
-    evenly, e.g. resuming on 3 what 2 saved) asks for fewer keys, so the guess sends it looking
-    for ``optimizer.param_groups`` and the load fails. accel writes the current format only:
-    this planner plans with it directly (and still refuses keys the checkpoint lacks).
-    """
-    from torch.distributed.checkpoint.default_planner import (
-        DefaultLoadPlanner,
-        create_default_local_load_plan,
-    )
-
-    class CurrentFormatLoadPlanner(DefaultLoadPlanner):
-        def create_local_plan(self) -> Any:
-            if self.metadata is None:
-                raise AssertionError("set_up_planner() gives the planner the metadata first")
-            return create_default_local_load_plan(
-                self.state_dict, self.metadata, not self.allow_partial_load
-            )
-
-    return CurrentFormatLoadPlanner()
 
 
 def require_numpy() -> None:
@@ -257,8 +236,19 @@ class FSDPModelState:
         from accel_ckpt.dcp_writer import checksummed_writer
 
         writer = checksummed_writer(folder)
-        save(self._state(full=False), storage_writer=writer)
+        save(self._state(full=False), storage_writer=writer, planner=self._save_planner(None))
         return writer.records
+
+    def _save_planner(self, group: Any) -> Any:
+        """A save planner whose cached plans belong to this model, rank and world size.
+
+        torch keeps cached plans per process for its lifetime: a process that takes another
+        rank or world size (a reused worker, a resized group) must not reuse the old ones.
+        """
+        from accel_ckpt.dcp_planning import ScalableSavePlanner
+
+        place = f"{dist.get_rank(group)}of{dist.get_world_size(group)}"
+        return ScalableSavePlanner(cache_key=f"{self.name}/{place}")
 
     def stage(self) -> StagedWrite:
         """Copy this rank's part into host memory now; return the write (collective).
@@ -285,7 +275,8 @@ class FSDPModelState:
             from accel_ckpt.dcp_writer import checksummed_writer
 
             writer = checksummed_writer(folder)
-            save(staged, storage_writer=writer, process_group=group)
+            planner = self._save_planner(group)
+            save(staged, storage_writer=writer, process_group=group, planner=planner)
             return writer.records
 
         return write
@@ -299,10 +290,11 @@ class FSDPModelState:
         from torch.distributed.checkpoint.state_dict_loader import load
 
         from accel_ckpt.containment import check_dcp_paths
+        from accel_ckpt.dcp_planning import ScalableLoadPlanner
 
         check_dcp_paths(folder)
         state = self._state(full=False)
-        load(state, checkpoint_id=folder, planner=current_format_planner())
+        load(state, checkpoint_id=folder, planner=ScalableLoadPlanner())
         self._apply(state, full=False)
 
     def _save_full(self, folder: pathlib.Path) -> None:
@@ -325,10 +317,23 @@ class FSDPModelState:
             save_pickled(state[OPTIMIZER_KEY], folder / FULL_OPTIMIZER_FILE)
 
     def _load_full(self, folder: pathlib.Path) -> None:
-        """Every rank reads the gathered files (shared filesystem) and keeps its own shards."""
-        from safetensors.torch import load_file
+        """Rank 0 reads the gathered files and broadcasts them; every rank keeps its own shards.
 
-        state: dict[str, Any] = {MODEL_KEY: load_file(str(folder / FULL_MODEL_FILE))}
+        An error reading them on rank 0 (a missing or damaged file) is raised on every rank.
+        """
+        from accel_ckpt.pickle_io import load_pickled
+        from accel_ckpt.safetensors_io import read_safetensors
+        from accel_ckpt.shared_read import SharedReads, read_once
+
+        sharing = SharedReads.current()
+        model_file, optimizer_file = folder / FULL_MODEL_FILE, folder / FULL_OPTIMIZER_FILE
+        state: dict[str, Any] = {
+            MODEL_KEY: read_once(
+                sharing, lambda: dict(read_safetensors(model_file).tensors), str(model_file)
+            )
+        }
         if self.optimizers:
-            state[OPTIMIZER_KEY] = torch.load(folder / FULL_OPTIMIZER_FILE, weights_only=True)
+            state[OPTIMIZER_KEY] = read_once(
+                sharing, lambda: load_pickled(optimizer_file), str(optimizer_file)
+            )
         self._apply(state, full=True)

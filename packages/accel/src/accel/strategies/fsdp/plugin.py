@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from accel.strategies.fsdp.settings import (
     upper_name,
     validate_settings,
 )
+from accel_state.accelerate_env import export_ram_efficient_loading
 
 
 @dataclasses.dataclass
@@ -68,8 +70,11 @@ class FullyShardedDataParallelPlugin:
         sync_module_states: Start from rank 0's weights.
         forward_prefetch: FSDP1: prefetch the next all-gather in forward.
         activation_checkpointing: Recompute the activations of the wrapped layers in backward.
-        cpu_ram_efficient_loading: Accepted for compatibility (weights are synchronised from
-            rank 0 either way).
+        cpu_ram_efficient_loading: Only local rank 0 reads the full weights into host memory:
+            exports ``FSDP_CPU_RAM_EFFICIENT_LOADING`` (with ``ACCELERATE_USE_FSDP``) for
+            transformers' ``from_pretrained``, and ``prepare`` accepts models whose tensors are on
+            the ``meta`` device on the other ranks, filling their shards from rank 0 by broadcast.
+            Needs ``sync_module_states``.
         limit_all_gathers: FSDP1 rate limiter.
         ignored_modules: Modules FSDP leaves alone.
         state_dict_config: torch's ``FullStateDictConfig`` or ``ShardedStateDictConfig``: with
@@ -105,6 +110,18 @@ class FullyShardedDataParallelPlugin:
     optim_state_dict_config: Any = None
     param_init_fn: Callable[[torch.nn.Module], None] | None = None
     activation_checkpointing_offload: bool | None = None
+
+    def __post_init__(self) -> None:
+        """Export what transformers reads when ``cpu_ram_efficient_loading`` is set in code.
+
+        As Accelerate's plugin does: a model loaded with ``from_pretrained`` after this point is
+        loaded in full on local rank 0 only. A value left unset (from the launcher) exports
+        nothing: the launcher has written the variables for its workers.
+        """
+        if self.cpu_ram_efficient_loading is not None:
+            export_ram_efficient_loading(
+                flag("cpu_ram_efficient_loading", self.cpu_ram_efficient_loading), os.environ
+            )
 
     def resolved(self, launcher: Mapping[str, Any] | None = None) -> FSDPSettings:
         """Combine with the launcher's ``fsdp_config`` and defaults, and validate.
@@ -173,12 +190,7 @@ class FullyShardedDataParallelPlugin:
             "activation_checkpointing": settings.activation_checkpointing,
             "activation_checkpointing_offload": settings.activation_checkpointing_offload,
             "limit_all_gathers": settings.limit_all_gathers,
-            "cpu_ram_efficient_loading": flag(
-                "cpu_ram_efficient_loading",
-                launcher.get(
-                    "fsdp_cpu_ram_efficient_loading", DEFAULTS["cpu_ram_efficient_loading"]
-                ),
-            ),
+            "cpu_ram_efficient_loading": settings.cpu_ram_efficient_loading,
         }
         if settings.wrap_policy != "CALLABLE":
             filled["auto_wrap_policy"] = settings.wrap_policy.lower()

@@ -91,6 +91,9 @@ class FSDPSettings:
     #: With ``wrap_policy == "CALLABLE"``: torch's auto-wrap policy function (for example what
     #: PEFT's ``fsdp_auto_wrap_policy`` returns), asked about each sub-module.
     wrap_policy_fn: Callable[..., bool] | None = None
+    #: Only rank 0 holds the full weights on the host; the others may build the model on
+    #: ``meta`` and get rank 0's weights at ``prepare`` (needs ``sync_module_states``).
+    cpu_ram_efficient_loading: bool = False
 
 
 def is_fsdp1_sharding_strategy(value: Any) -> bool:
@@ -231,6 +234,14 @@ def validate_settings(values: dict[str, Any], strategy_given: bool = False) -> F
             "use SHARDED_STATE_DICT (resharding checkpoints) or FULL_STATE_DICT."
         )
     offload = _offload_flag(values["cpu_offload"])
+    ram_efficient = flag("cpu_ram_efficient_loading", values["cpu_ram_efficient_loading"])
+    sync = flag("sync_module_states", values["sync_module_states"])
+    if ram_efficient and not sync:
+        raise AcceleratorConfigError(
+            "cpu_ram_efficient_loading=True with sync_module_states=False: the ranks other than "
+            "0 load no weights, so they must start from rank 0's. Set sync_module_states=True "
+            "(fsdp_sync_module_states: true), or cpu_ram_efficient_loading=False."
+        )
     use_orig_params = flag("use_orig_params", values["use_orig_params"])
     if version == 1 and not use_orig_params:
         raise AcceleratorConfigError(
@@ -251,7 +262,7 @@ def validate_settings(values: dict[str, Any], strategy_given: bool = False) -> F
         cpu_offload=offload,
         state_dict_type=state_dict_type,
         use_orig_params=use_orig_params,
-        sync_module_states=flag("sync_module_states", values["sync_module_states"]),
+        sync_module_states=sync,
         forward_prefetch=flag("forward_prefetch", values["forward_prefetch"]),
         activation_checkpointing=flag(
             "activation_checkpointing", values["activation_checkpointing"]
@@ -261,6 +272,7 @@ def validate_settings(values: dict[str, Any], strategy_given: bool = False) -> F
         param_init_fn=_param_init_fn(values.get("param_init_fn")),
         activation_checkpointing_offload=_checkpoint_offload(values, version),
         wrap_policy_fn=policy_fn,
+        cpu_ram_efficient_loading=ram_efficient,
     )
 
 

@@ -19,6 +19,14 @@ from accel.errors import AcceleratorConfigError
 from accel.placement import ParameterMoves, switch_parameters
 from accel.run_config import RunConfig
 from accel.strategies.base import ModelStrategy
+from accel.strategies.fsdp.meta_loading import (
+    check_meta_ranks,
+    detach_full_state,
+    has_meta_tensors,
+    load_full_state,
+    materialize_fn,
+    meta_ranks,
+)
 from accel.strategies.fsdp.plugin import (
     FSDPSettings,
     FullyShardedDataParallelPlugin,
@@ -112,19 +120,61 @@ class FSDPStrategy(ModelStrategy):
         if not any(parameter.requires_grad for parameter in model.parameters()):
             return model
         before = {clean_name(name): parameter for name, parameter in model.named_parameters()}
-        if self.fsdp.sync_module_states:
+        on_meta = meta_ranks(model, self.state.device)
+        check_meta_ranks(on_meta, self.fsdp.sync_module_states, self.fsdp.param_init_fn is not None)
+        if self.fsdp.param_init_fn is not None:
+            initialize_meta_modules(model, self.fsdp.param_init_fn)
+        elif on_meta and self.fsdp.fsdp_version == 1:
+            # FSDP1: storage for the meta modules on the device (FSDP1's own sync_module_states
+            # refuses CPU tensors, so the broadcast below gives every rank rank 0's values).
+            initialize_meta_modules(model, materialize_fn(model, self.state.device))
+        full = None
+        if self._loads_from_rank0(on_meta):
+            full = detach_full_state(model, dist.get_rank())
+        elif self.fsdp.sync_module_states:
             broadcast_from_rank0(model)
         layers = self._layers(model)
         if self.fsdp.activation_checkpointing:
             checkpoint_activations(model, layers, self.fsdp.activation_checkpointing_offload)
         if self.fsdp.fsdp_version == 2:
-            if self.fsdp.param_init_fn is not None:
-                initialize_meta_modules(model, self.fsdp.param_init_fn)
             wrapped = self._fully_shard(model, layers)
+            if full is not None:
+                load_full_state(wrapped, full, self.state.device, self.fsdp.cpu_offload)
         else:
             wrapped = self._fsdp1(model, layers)
         self._adopt(wrapped, before)
         return wrapped
+
+    def _loads_from_rank0(self, on_meta: list[int]) -> bool:
+        """Whether FSDP2 shards on ``meta`` and fills the shards from rank 0's full state dict.
+
+        So with ``cpu_ram_efficient_loading`` (as Accelerate does) or when some rank's model is
+        on ``meta``; starting from rank 0's weights needs ``sync_module_states``.
+        """
+        return (
+            self.fsdp.fsdp_version == 2
+            and self.fsdp.sync_module_states
+            and self.fsdp.param_init_fn is None
+            and (self.fsdp.cpu_ram_efficient_loading or bool(on_meta))
+        )
+
+    def places_model_itself(self, model: torch.nn.Module) -> bool:
+        """A model with ``meta`` tensors, or any under FSDP2's ``cpu_ram_efficient_loading``.
+
+        Such a model is sharded on ``meta`` and filled from rank 0 on the device (FSDP2), or
+        its meta modules get storage on the device (FSDP1): moving it first would fail (meta has
+        no values) or copy rank 0's full weights to the device for nothing.
+        """
+        if self._is_sharded(model) or not any(p.requires_grad for p in model.parameters()):
+            return False  # left as it is by wrap: placed as any model
+        if has_meta_tensors(model):
+            return True
+        return (
+            self.fsdp.fsdp_version == 2
+            and self.fsdp.cpu_ram_efficient_loading
+            and self.fsdp.sync_module_states
+            and self.fsdp.param_init_fn is None
+        )
 
     def _adopt(self, wrapped: torch.nn.Module, before: Mapping[str, torch.nn.Parameter]) -> None:
         """Track a model this strategy wrapped: its parameters' moves, its root, its exit hook.
