@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from accel_ckpt import errors
-from accel_ckpt._coordination import _checkpoint_group
+from accel_ckpt._coordination import Coordinator
 from accel_ckpt.errors import (
     AccelCkptError,
     DistributedCheckpointError,
@@ -80,14 +80,20 @@ class SharedReads:
             )
 
     @classmethod
-    def current(cls, source: int = 0, batch_bytes: int = DEFAULT_BATCH_BYTES) -> SharedReads | None:
-        """For the initialised default process group; ``None`` with a single process."""
+    def current(
+        cls,
+        source: int = 0,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        coordinator: Coordinator | None = None,
+    ) -> SharedReads | None:
+        """For the initialised default process group; ``None`` with a single process.
+
+        Headers travel over ``coordinator``'s checkpoint group (by default the one
+        :meth:`Coordinator.current` gives, as the save protocol uses).
+        """
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
             return None
-        from accel_state.partial_state import PartialState
-
-        state = PartialState()
-        group = _checkpoint_group(state.timeout if state.use_distributed else None)
+        group = (coordinator or Coordinator.current()).group
         if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():
             device, tensor_group = torch.device("cuda", torch.cuda.current_device()), None
         else:

@@ -513,10 +513,11 @@ def _shared_reads(folder: Path) -> SharedReads | None:
 
     Processes that load different folders (one per rank, say) each read their own files.
     """
-    sharing = SharedReads.current()
+    coordinator = Coordinator.current()
+    sharing = SharedReads.current(coordinator=coordinator)
     if sharing is None:
         return None
-    folders = Coordinator.current().all_gather(os.path.abspath(folder))
+    folders = coordinator.all_gather(os.path.abspath(folder))
     return sharing if len(set(folders)) == 1 else None
 
 
