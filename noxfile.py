@@ -399,7 +399,8 @@ def multihost(session: nox.Session) -> None:
         session.skip(
             f"multihost: test hosts need Linux network namespaces, not {platform.platform()}"
         )
-    install_packages(session, "cpu", PACKAGES)
+    # torchft (accel[ft]) for the replica groups on two hosts (test_replica_groups_two_hosts.py).
+    install_packages(session, "cpu", PACKAGES, f"{PACKAGES_DIR / 'accel'}[ft]")
     session.run(
         "pytest",
         str(MULTIHOST_TESTS),
@@ -497,9 +498,9 @@ def slurm(session: nox.Session) -> None:
     One node (started here, 2 CPUs): ``srun python`` trains, is preempted with ``scancel
     --signal=TERM`` and the requeued job resumes to bit-equal weights. Two nodes
     (``test_slurm_two_nodes.py`` makes two test hosts and a slurmd in each): Accelerate's
-    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node. The
-    daemons are stopped by PID at the end whatever happens (and at exit, should nox itself be
-    interrupted).
+    ``sbatch -N2`` + ``accel launch`` shape, ``srun -N2 python``, preemption, a lost node; replica
+    groups, one per node (``test_slurm_replica_groups.py``, torchft). The daemons are stopped by
+    PID at the end whatever happens (and at exit, should nox itself be interrupted).
     """
     if platform.system() != "Linux":
         session.skip(f"slurm: the daemons run on Linux, not {platform.platform()}")
@@ -508,7 +509,8 @@ def slurm(session: nox.Session) -> None:
             slurm_cluster.install_with_apt()
         except slurm_cluster.ClusterError as error:
             session.skip(f"slurm: {error}")
-    install_packages(session, "cpu", PACKAGES)
+    # torchft (accel[ft]) for the replica groups, one per node (test_slurm_replica_groups.py).
+    install_packages(session, "cpu", PACKAGES, f"{PACKAGES_DIR / 'accel'}[ft]")
     root = Path(tempfile.mkdtemp(prefix="accel-slurm-"))
     cluster = slurm_cluster.start(root)
     atexit.register(slurm_cluster.stop, cluster)
@@ -517,6 +519,7 @@ def slurm(session: nox.Session) -> None:
             "pytest",
             str(CLUSTER_TESTS / "test_slurm.py"),
             str(CLUSTER_TESTS / "test_slurm_two_nodes.py"),
+            str(CLUSTER_TESTS / "test_slurm_replica_groups.py"),
             "-p",
             "no:cacheprovider",
             "-rs",

@@ -19,6 +19,15 @@ Enter, then deletes them (needs root and iproute2's ``ip``)::
         node0, node1 = hosts
         process = node0.popen(["python", "train.py"])
         hosts.cut(node1)  # its link goes down: a network failure, not a kill
+
+A host's link can be slowed to a rate, and the bytes that crossed it read, to measure what a job
+sends between machines (``limit_rate`` needs iproute2's ``tc`` and the kernel's ``sch_tbf``)::
+
+    hosts.limit_rate(node1, 100)  # 100 Mbit/s each way between node1 and the bridge
+    before = hosts.link_bytes(node1)
+    ...  # the job runs
+    crossed = hosts.link_bytes(node1) - before  # LinkBytes(sent=..., received=...)
+    hosts.unlimit(node1)
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -46,6 +56,43 @@ PRIVATE_PREFIX = "198.19."
 HOSTS_FILES = ("unresolvable", "debian", "resolvable")
 COMMAND_TIMEOUT = 30.0
 HOLDER_START_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkBytes:
+    """Bytes that crossed a host's cluster link, as counted at the host's end (``eth0``).
+
+    Attributes:
+        sent: Bytes the host sent to the cluster network (its ``tx_bytes``).
+        received: Bytes it received from there (its ``rx_bytes``).
+    """
+
+    sent: int
+    received: int
+
+    @property
+    def total(self) -> int:
+        """Both directions together."""
+        return self.sent + self.received
+
+    def __sub__(self, earlier: LinkBytes) -> LinkBytes:
+        """What crossed between ``earlier`` and this reading."""
+        return LinkBytes(self.sent - earlier.sent, self.received - earlier.received)
+
+
+def job_env() -> dict[str, str]:
+    """An environment for jobs on test hosts (``os.environ`` cleaned).
+
+    Nothing of an outer launcher's, no network interface chosen (the launchers choose the one
+    that routes to the other hosts), one thread per process, no GPU.
+    """
+    from accel_state.testing.environ import without_launcher_variables
+
+    env = without_launcher_variables(os.environ)
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+        env.pop(name, None)
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    return env
 
 
 class TestHostsError(RuntimeError):
@@ -283,6 +330,68 @@ class TestHosts:
     def mend(self, host: TestHost) -> None:
         """Bring ``host``'s link back up."""
         _run(["ip", "-n", self.switch, "link", "set", host.switch_port, "up"])
+
+    def limit_rate(
+        self, host: TestHost, mbit: float, burst_kbit: int = 32, latency_ms: int = 400
+    ) -> None:
+        """Limit ``host``'s link to ``mbit`` Mbit/s in each direction (a token bucket, ``tbf``).
+
+        The bucket goes on both ends of the link: the bridge's port (what the host receives)
+        and the host's ``eth0`` (what it sends). Traffic between two hosts crosses both of their
+        links, so limiting one host's link limits everything it exchanges. Calling it again
+        replaces the limit.
+
+        Args:
+            host: The host whose link is slowed.
+            mbit: The rate, in Mbit/s (1 Mbit = 10**6 bits).
+            burst_kbit: The bucket's size: how much may go at once above the rate.
+            latency_ms: How long a packet may wait for tokens before it is dropped.
+
+        Raises:
+            TestHostsError: ``mbit`` is not positive, or ``tc`` failed (not installed, or the
+                kernel has no ``sch_tbf``).
+        """
+        if mbit <= 0:
+            raise TestHostsError(f"mbit={mbit}: the rate must be positive (Mbit/s)")
+        if shutil.which("tc") is None:
+            raise TestHostsError("limit_rate needs iproute2's tc on PATH")
+        shape = ["tbf", "rate", f"{mbit}mbit", "burst", f"{burst_kbit}kbit",
+                 "latency", f"{latency_ms}ms"]  # fmt: skip
+        for namespace, device in self._link_ends(host):
+            _run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", *shape])
+
+    def unlimit(self, host: TestHost) -> None:
+        """Take off the limit :meth:`limit_rate` put on ``host``'s link (none: nothing happens)."""
+        for namespace, device in self._link_ends(host):
+            subprocess.run(
+                ["tc", "-n", namespace, "qdisc", "del", "dev", device, "root"],
+                capture_output=True,
+                timeout=COMMAND_TIMEOUT,
+                check=False,
+            )
+
+    def link_bytes(self, host: TestHost) -> LinkBytes:
+        """The bytes that crossed ``host``'s cluster link so far (both ways, since it was made).
+
+        Counted by the kernel at the host's ``eth0``: everything the host exchanged with the
+        other hosts, headers included, and nothing of its loopback traffic. Subtract two readings
+        to get what crossed in between.
+
+        Raises:
+            TestHostsError: ``ip`` failed (the host is gone).
+        """
+        command = ["ip", "-n", host.namespace, "-j", "-s", "link", "show", "dev", "eth0"]
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False
+        )
+        if result.returncode != 0:
+            raise TestHostsError(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
+        stats = json.loads(result.stdout)[0]["stats64"]
+        return LinkBytes(sent=int(stats["tx"]["bytes"]), received=int(stats["rx"]["bytes"]))
+
+    def _link_ends(self, host: TestHost) -> list[tuple[str, str]]:
+        """``(namespace, device)`` of both ends of ``host``'s cluster link."""
+        return [(self.switch, host.switch_port), (host.namespace, "eth0")]
 
     def processes(self, host: TestHost) -> list[int]:
         """The PIDs of every process inside ``host``'s network namespace (the holder included)."""

@@ -11,12 +11,14 @@ runs ``accel launch --num_machines $SLURM_NNODES --machine_rank $SLURM_NODEID
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,11 +128,11 @@ def bit_equal(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -
     return sorted(first) == sorted(second) and all(torch.equal(first[k], second[k]) for k in first)
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
+@contextlib.contextmanager
+def started_two_nodes(root: Path) -> Iterator[TwoNodes]:
+    """Two test hosts and a SLURM cluster over them (files in ``root``), stopped on exit."""
     hosts = TestHosts(2, hosts_file="resolvable", prefix=f"accel-{os.getpid()}-slurm")
     hosts.start()
-    root = tmp_path_factory.mktemp("slurm_two_nodes")
     try:
         cluster = slurm_cluster.start_on_hosts(root, list(hosts))
         try:
@@ -140,6 +142,12 @@ def two_nodes(tmp_path_factory):
     finally:
         hosts.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    with started_two_nodes(tmp_path_factory.mktemp("slurm_two_nodes")) as nodes:
+        yield nodes
 
 
 @pytest.fixture(scope="module")

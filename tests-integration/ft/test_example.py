@@ -35,3 +35,26 @@ def test_the_example_trains_in_two_groups_and_resumes(tmp_path: Path, env: dict[
     resumed = launch_example(project, env, "--epochs", "3", "--resume")
     assert resumed.returncode == 0, report(resumed)
     assert re.findall(r"epoch (\d):", resumed.stdout) == ["2", "2"], resumed.stdout
+
+
+DILOCO_EXAMPLE = EXAMPLE.with_name("diloco.py")
+
+
+def test_the_diloco_example_learns_and_leaves_the_groups_equal(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    accel = str(Path(sys.executable).with_name("accel"))
+    finished = subprocess.run(
+        [accel, "launch", "--cpu", "--ft_replicas", "2", "--num_processes", "1",
+         "--max_restarts", "1", str(DILOCO_EXAMPLE), "--sync_every", "10",
+         "--samples", "640", "--epochs", "2"],
+        env=env, capture_output=True, text=True, timeout=JOB_LIMIT, check=False,
+        start_new_session=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert finished.returncode == 0, report(finished)
+    entropy = float(re.findall(r"chain's entropy\): ([\d.]+)", finished.stdout)[0])
+    finals = re.findall(r"final eval loss ([\d.]+)", finished.stdout)
+    # One line per group, equal: the block's end synced them. An untrained model scores
+    # ln(48) = 3.87; the chain's entropy (about 1.52) is the best any model can do.
+    assert len(finals) == 2 and finals[0] == finals[1], finished.stdout
+    assert entropy < float(finals[0]) < 2.6, finished.stdout

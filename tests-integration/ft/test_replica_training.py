@@ -59,12 +59,12 @@ def launch_flags(replicas: int, processes: int, restarts: int, *extra: str) -> l
 
 
 def run_job(
-    out: Path, env: dict[str, str], flags: list[str], *worker_args: str
+    out: Path, env: dict[str, str], flags: list[str], *worker_args: str, worker: Path = WORKER
 ) -> subprocess.CompletedProcess[str]:
-    """Run the worker under ``flags`` to completion (hard limit :data:`JOB_LIMIT`)."""
+    """Run ``worker`` under ``flags`` to completion (hard limit :data:`JOB_LIMIT`)."""
     out.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        [*flags, str(WORKER), "--out", str(out), *worker_args],
+        [*flags, str(worker), "--out", str(out), *worker_args],
         env=env,
         capture_output=True,
         text=True,

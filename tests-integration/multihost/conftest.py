@@ -20,9 +20,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from test_hosts import TestHost, TestHosts, stop_process_tree, unavailable_reason  # noqa: E402
-
-from accel_state.testing.environ import without_launcher_variables  # noqa: E402
+from test_hosts import (  # noqa: E402
+    TestHost,
+    TestHosts,
+    job_env,
+    stop_process_tree,
+    unavailable_reason,
+)
 
 HERE = Path(__file__).parent
 EVERYDAY = HERE / "everyday.py"
@@ -37,15 +41,6 @@ class Finished:
     returncode: int
     output: str
     seconds: float
-
-
-def job_env() -> dict[str, str]:
-    """The launchers' environment: nothing of a launcher's, no interface chosen, one thread."""
-    env = without_launcher_variables(os.environ)
-    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
-        env.pop(name, None)
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
-    return env
 
 
 def accel() -> str:

@@ -19,7 +19,10 @@ from launch_helpers import SCRIPTS, accel_cmd, alive, clean_env, run, start, wai
 from accel_launch.errors import LaunchArgumentError
 from accel_launch.launch_args import build_launch_parser
 from accel_launch.plan import ELASTIC, build_plan
-from accel_launch.replica_plan import ReplicaGroups, lighthouse_url
+from accel_launch.replica_plan import ReplicaGroups, lighthouse_host, lighthouse_url
+from accel_launch.runners.elastic import _network_line
+from accel_state.contract import FT_ADDRESS
+from accel_state.network import interface_addresses
 from accel_state.torch_compat import GATES, torch_version
 
 WORKER = SCRIPTS / "ft_replica_worker.py"
@@ -41,6 +44,41 @@ def test_ft_lighthouse_runs_one_group_that_joins_it() -> None:
     plan = plan_for("--cpu", "--ft_lighthouse", "10.0.0.1:29510", "--ft_replica_id", "2")
     assert plan.fault_tolerance == ReplicaGroups(3, 1, (2,), "http://10.0.0.1:29510")
     assert lighthouse_url("http://[::1]:29510/") == "http://[::1]:29510"
+
+
+def _non_loopback_interface() -> tuple[str, str] | None:
+    """One interface of this machine with an IPv4 address off loopback: (name, address)."""
+    for name, addresses in sorted(interface_addresses().items()):
+        for address in addresses:
+            if "." in address and not address.startswith("127."):
+                return name, address
+    return None
+
+
+def test_a_group_joining_a_lighthouse_elsewhere_publishes_the_address_that_routes_there() -> None:
+    found = _non_loopback_interface()
+    if found is None:
+        pytest.skip("this machine has no IPv4 interface off loopback")
+    interface, address = found
+    flags = ("--cpu", "--num_processes", "2", "--ft_replica_id", "1", "--ft_replicas", "2")
+    plan = plan_for(*flags, "--ft_lighthouse", f"{address}:29510")
+    assert plan.env[FT_ADDRESS] == address
+    assert plan.env["GLOO_SOCKET_IFNAME"] == interface  # as for a job on several machines
+    said = _network_line(plan)  # the launcher's line says what the interface routes to
+    assert f"network: {interface} ({address}), which routes to the lighthouse {address}" in said
+    # The user's interface wins, and its address is the one published.
+    args = build_launch_parser().parse_args(
+        [*flags, "--ft_lighthouse", f"{address}:1", str(WORKER)]
+    )
+    chosen = build_plan(args, None, environ={"GLOO_SOCKET_IFNAME": "lo"})
+    assert chosen.env[FT_ADDRESS] == "127.0.0.1" and "NCCL_SOCKET_IFNAME" not in chosen.env
+    own = build_plan(args, None, environ={FT_ADDRESS: "10.9.9.9"})  # the user's address wins
+    assert FT_ADDRESS not in own.env and own.env["GLOO_SOCKET_IFNAME"] == interface
+    # All on this machine (loopback lighthouse, or --ft_replicas alone): torchft's own choice.
+    local = plan_for(*flags, "--ft_lighthouse", "127.0.0.1:29510")
+    assert FT_ADDRESS not in local.env and "GLOO_SOCKET_IFNAME" not in local.env
+    assert FT_ADDRESS not in plan_for("--cpu", "--ft_replicas", "2").env
+    assert lighthouse_host("http://[fd00::1]:29510/") == "fd00::1"
 
 
 @pytest.mark.parametrize(

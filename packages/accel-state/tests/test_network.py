@@ -41,6 +41,8 @@ def test_the_choice_sets_gloo_nccl_and_tensorpipe_and_says_which_route():
     choice = RouteChoice("eth0", "10.0.0.2", "10.0.0.1")
     assert choice.env() == dict.fromkeys(CHOSEN_VARIABLES, "eth0")
     assert choice.describe() == "eth0 (10.0.0.2), which routes to the main machine 10.0.0.1"
+    toward = RouteChoice("eth0", "10.0.0.2", "10.0.0.1", toward="the lighthouse")
+    assert toward.describe() == "eth0 (10.0.0.2), which routes to the lighthouse 10.0.0.1"
 
 
 def test_the_address_of_a_named_interface_is_published_when_the_user_chose_one():

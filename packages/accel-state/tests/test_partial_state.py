@@ -239,6 +239,9 @@ def test_a_multi_task_srun_step_seen_as_one_process_is_an_error_naming_the_fix(m
             "SLURM_PROCID": "0",
         },  # srun -n1 --pty bash
         {"SLURM_PROCID": None},  # salloc -n2 and python in its shell: not a task of a step
+        # srun -N2 accel launch --ft_replicas 2 --ft_replica_id $SLURM_NODEID: one replica
+        # group of one process per task, each its own world (the groups meet through torchft).
+        {"ACCEL_FT_REPLICA_ID": "1", "ACCEL_FT_REPLICAS": "2"},
     ],
 )
 def test_a_one_task_step_or_an_allocation_shell_stays_a_plain_process(monkeypatch, change):

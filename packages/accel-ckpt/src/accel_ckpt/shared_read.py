@@ -79,6 +79,11 @@ class SharedReads:
                 "pass a rank from 0 to world_size - 1."
             )
 
+    @staticmethod
+    def job_has_peers() -> bool:
+        """Whether the default process group is initialised with two processes or more."""
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() >= 2
+
     @classmethod
     def current(
         cls,
@@ -91,7 +96,7 @@ class SharedReads:
         Headers travel over ``coordinator``'s checkpoint group (by default the one
         :meth:`Coordinator.current` gives, as the save protocol uses).
         """
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        if not cls.job_has_peers():
             return None
         group = (coordinator or Coordinator.current()).group
         if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():

@@ -513,6 +513,8 @@ def _shared_reads(folder: Path) -> SharedReads | None:
 
     Processes that load different folders (one per rank, say) each read their own files.
     """
+    if not SharedReads.job_has_peers():
+        return None  # one process: nothing to share, and no PartialState is created for it
     coordinator = Coordinator.current()
     sharing = SharedReads.current(coordinator=coordinator)
     if sharing is None:

@@ -10,8 +10,11 @@ order), and every step takes the next samples of that order after the *committed
 * a step that is not committed hands out the same samples again at the next step;
 * a group healed from a live peer copies the position and continues where the others are.
 
-Over an epoch every sample is used in exactly one committed step. The quorum (which processes
-take part, and whether a step committed) is not decided here: a :class:`StepQuorum` says.
+A step may span several batches (DiLoCo rounds: the samples of all of them are pending until
+the round's sync); such a quorum has ``close_round()``, called when the epoch's samples are all
+handed out. Over an epoch every sample is used in exactly one committed step. The quorum (which
+processes take part, and whether a step committed) is not decided here: a :class:`StepQuorum`
+says.
 
 Example:
     >>> loader = SharedPositionLoader(DataLoader(dataset, batch_size=8), quorum, seed=0)
@@ -44,6 +47,11 @@ class StepQuorum(Protocol):
     def serves_shared_position(self) -> bool:
         """Whether an iteration starting now is training (else it stays inside the group)."""
         ...  # pragma: no cover
+
+    # Optional: ``close_round()``, called when the epoch's samples are all handed out while
+    # some are still pending. A quorum whose steps span several batches (DiLoCo rounds) ends
+    # its step there (committing the samples, or handing them out again); quorums without it
+    # keep the pending samples as they are.
 
 
 @dataclasses.dataclass
@@ -144,6 +152,9 @@ class SharedPositionBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         while True:
+            close_round = getattr(self.quorum, "close_round", None)
+            if self._remaining() <= 0 and self.position.pending > 0 and close_round is not None:
+                close_round()  # a round spanning batches ends with the epoch's samples
             if self._remaining() <= 0:
                 self._finish_epoch()
                 return

@@ -30,9 +30,9 @@ from accel_launch.errors import LaunchArgumentError, LaunchTorchFeatureError
 from accel_launch.hardware import cpu_count, parse_gpu_ids, visible_gpu_count
 from accel_launch.hostfile import read_hostfile, this_machine_rank
 from accel_launch.overlay import flags_to_config
-from accel_launch.replica_plan import ReplicaGroups, replica_groups
+from accel_launch.replica_plan import ReplicaGroups, lighthouse_host, replica_groups
 from accel_launch.torchrun_env import torchrun_env_config
-from accel_state.contract import AS_ACCELERATE, LaunchContract
+from accel_state.contract import AS_ACCELERATE, FT_ADDRESS, LaunchContract
 from accel_state.errors import EnvironmentConfigError, ParallelismConfigError
 from accel_state.network import RouteChoice, choose_interface, local_address
 from accel_state.types import ComputeEnvironment, DistributedType, PrecisionType
@@ -57,8 +57,9 @@ class LaunchPlan:
             continues on; ``None`` when the count is fixed.
         rdzv_endpoint: ``host:port`` of the rendezvous (port 0: picked at start).
         uses_gpus: Whether the workers run on GPUs (then NCCL: torch's Flight Recorder is on).
-        interface: The network interface chosen for the backends (several machines, none set
-            by the user): the one that routes to the main machine.
+        interface: The network interface chosen for the backends (several machines, or a
+            replica group joining a lighthouse elsewhere; none set by the user): the one that
+            routes to the main machine, or to the lighthouse.
         local_addr: This machine's address as the rendezvous publishes it (several machines).
         fault_tolerance: The replica groups to run (``--ft_*`` flags); ``None``: one job.
         env: Variables added to the workers' environment (contract, threads, GPU selection).
@@ -785,8 +786,11 @@ def build_plan(
     worker_env.update(parse_env_assignments(options.env))
     notes.extend(_mode_notes(flags, options, mode, num_machines))
     interface, local_addr = _network(mode, num_machines, host, {**env, **worker_env})
+    if interface is None and fault_tolerance is not None:
+        interface = _replica_group_interface(fault_tolerance, {**env, **worker_env})
     if interface is not None:
         worker_env.update(interface.env())
+    worker_env.update(_replica_group_address(fault_tolerance, {**env, **worker_env}))
     gpu_ids = parse_gpu_ids(config.gpu_ids)
     if gpu_ids is not None and not use_cpu:
         worker_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
@@ -821,6 +825,36 @@ def build_plan(
         local_addr=local_addr,
         fault_tolerance=fault_tolerance,
     )
+
+
+def _replica_group_interface(
+    groups: ReplicaGroups, environ: Mapping[str, str]
+) -> RouteChoice | None:
+    """For a group that joins a lighthouse elsewhere: the interface that routes to it.
+
+    The groups average across machines over gloo (or NCCL), which would advertise the address
+    of the hostname, as for any job on several machines; None when the lighthouse is on this
+    machine or the user chose an interface.
+    """
+    if groups.lighthouse is None:
+        return None
+    choice = choose_interface(lighthouse_host(groups.lighthouse), environ)
+    return None if choice is None else dataclasses.replace(choice, toward="the lighthouse")
+
+
+def _replica_group_address(
+    groups: ReplicaGroups | None, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """``ACCEL_FT_ADDRESS``: this machine's address toward the lighthouse, when it is elsewhere.
+
+    torchft publishes it (instead of the hostname and a loopback ``MASTER_ADDR``) for this
+    group's store, manager and healing copies, which the groups on other machines connect to.
+    One the user set (in the environment or with ``--env``) wins; set empty, torchft chooses.
+    """
+    if groups is None or groups.lighthouse is None or FT_ADDRESS in environ:
+        return {}
+    address = local_address(lighthouse_host(groups.lighthouse), environ)
+    return {} if address is None else {FT_ADDRESS: address}
 
 
 def _network(

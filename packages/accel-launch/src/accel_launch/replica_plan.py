@@ -52,6 +52,11 @@ def lighthouse_url(value: str) -> str:
     return url.rstrip("/")
 
 
+def lighthouse_host(url: str) -> str:
+    """The host of a lighthouse URL (``http://10.0.0.1:29510`` -> ``10.0.0.1``, no brackets)."""
+    return url.split("://", 1)[-1].rstrip("/").rpartition(":")[0].strip("[]")
+
+
 def replica_groups(
     num_machines: int,
     *,

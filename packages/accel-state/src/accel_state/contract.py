@@ -107,6 +107,9 @@ FT_GROUP_RESTART_COUNT = "ACCEL_FT_GROUP_RESTART_COUNT"
 FT_JOB_FINISHED_FILE = "ACCEL_FT_JOB_FINISHED_FILE"
 #: torchft's own variable: the lighthouse's address (``http://host:port``), read by its Manager.
 FT_LIGHTHOUSE = "TORCHFT_LIGHTHOUSE"
+#: Written by ``accel launch --ft_lighthouse``: this machine's address as the other replica groups
+#: reach it (the address of the interface that routes to the lighthouse), which torchft publishes.
+FT_ADDRESS = "ACCEL_FT_ADDRESS"
 #: Exit status of a job stopped by SIGTERM (preemption): ``EX_TEMPFAIL`` of ``sysexits.h``, "try
 #: again later". SLURM requeues a job that exits with it where ``slurm.conf`` has
 #: ``RequeueExit=75`` (or the batch script runs ``scontrol requeue`` on it).
@@ -139,6 +142,7 @@ ALL_VARIABLES = (
     FT_GROUP_RESTART_COUNT,
     FT_JOB_FINISHED_FILE,
     FT_LIGHTHOUSE,
+    FT_ADDRESS,
 )
 
 #: What each variable of the contract means, for the documentation's environment reference (which
@@ -184,6 +188,8 @@ VARIABLE_DESCRIPTIONS: dict[str, str] = {
     FT_JOB_FINISHED_FILE: "a file `accel launch --ft_replicas` creates once one of its replica "
     "groups has finished the job: a relaunched group that finds it exits with code 0",
     FT_LIGHTHOUSE: "torchft's own variable: the lighthouse's address (`http://host:port`)",
+    FT_ADDRESS: "`accel launch --ft_lighthouse`: this machine's address as the other replica "
+    "groups reach it (published by torchft for this group's store, manager and healing copies)",
     AS_ACCELERATE: "`accel launch --as-accelerate`: accel's start-up hook makes "
     "`import accelerate` give accel in every Python process",
     RESTART_COUNT: "written by torch elastic: restarts of the worker group so far",

@@ -42,17 +42,19 @@ _SIOCGIFADDR = 0x8915  # Linux's ioctl for an interface's IPv4 address
 
 @dataclasses.dataclass(frozen=True)
 class RouteChoice:
-    """The interface whose address routes to the main machine.
+    """The interface whose address routes to the main machine (or another machine named).
 
     Attributes:
         interface: Its name (``eth0``).
         address: Its address on that route (what peers will connect to).
-        main_address: The main machine's address it was chosen for.
+        main_address: The address of the machine it was chosen for.
+        toward: What that machine is, for :meth:`describe` (``the lighthouse``...).
     """
 
     interface: str
     address: str
     main_address: str
+    toward: str = "the main machine"
 
     def env(self) -> dict[str, str]:
         """The variables to set for the backends (each :data:`CHOSEN_VARIABLES` -> interface)."""
@@ -61,8 +63,7 @@ class RouteChoice:
     def describe(self) -> str:
         """``eth0 (198.18.0.11), which routes to the main machine 198.18.0.10``."""
         return (
-            f"{self.interface} ({self.address}), which routes to the main machine "
-            f"{self.main_address}"
+            f"{self.interface} ({self.address}), which routes to {self.toward} {self.main_address}"
         )
 
 

@@ -199,6 +199,10 @@ class ReplicaManager:
         """Whether every group of the quorum finished the step without error (ends the step)."""
         return bool(self._manager.should_commit())
 
+    def report_error(self, reason: str) -> None:
+        """Make this step fail: :meth:`should_commit` answers False in every group of the quorum."""
+        self._manager.report_error(RuntimeError(reason))
+
     @property
     def participants(self) -> int:
         """Replica groups taking part in the step now open."""
@@ -238,6 +242,7 @@ def create_replica_manager(
     connect_timeout_s: float,
     state_dict: Any,
     load_state_dict: Any,
+    address: str | None = None,
 ) -> ReplicaManager:
     """A torchft ``Manager`` for this process of replica group ``replica_id``.
 
@@ -257,6 +262,12 @@ def create_replica_manager(
         connect_timeout_s: Connecting to the lighthouse and to peers' managers.
         state_dict: Returns what a healing group copies (called from torchft's thread).
         load_state_dict: Takes that copy in (called before the healed step starts).
+        address: This machine's address as the other groups reach it (``accel launch
+            --ft_lighthouse`` writes it as ``ACCEL_FT_ADDRESS``). It is published for this
+            group's manager, its healing copies and, when ``MASTER_ADDR`` is a loopback address,
+            its store (which listens on every interface). ``None``: torchft publishes the
+            hostname and ``MASTER_ADDR``, which works on one machine only unless the hostname
+            resolves to an address the other machines reach.
 
     Raises:
         FaultToleranceUnavailableError: torchft is not installed.
@@ -270,6 +281,8 @@ def create_replica_manager(
     timeout = timedelta(seconds=float(os.environ.get("TORCHFT_TIMEOUT_SEC", timeout_s)))
     store = None
     store_host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if address is not None and _is_loopback(store_host):
+        store_host = address  # the store listens on every interface: publish a reachable one
     store_port = int(os.environ["MASTER_PORT"]) if "MASTER_PORT" in os.environ else None
     if group_size == 1:
         # A one-process group has no process group (and so no store) of its own; the other
@@ -283,6 +296,7 @@ def create_replica_manager(
         if device_type == "cuda"
         else ProcessGroupGloo(timeout=timeout)
     )
+    published = {} if address is None else _published_at(address, timeout)
     manager = Manager(
         pg=process_group,
         load_state_dict=load_state_dict,
@@ -299,6 +313,7 @@ def create_replica_manager(
         lighthouse_addr=lighthouse,
         # torchft numbers the cross-group ranks by the digits that end the id.
         replica_id=f"replica_{replica_id}",
+        **published,
     )
     return ReplicaManager(
         manager,
@@ -308,3 +323,132 @@ def create_replica_manager(
         lighthouse=lighthouse or os.environ.get("TORCHFT_LIGHTHOUSE", "TORCHFT_LIGHTHOUSE unset"),
         store=store,
     )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (``127.x``, ``::1``, ``localhost``)."""
+    return host == "localhost" or host.startswith("127.") or host in ("::1", "[::1]")
+
+
+def _published_at(address: str, timeout: timedelta) -> dict[str, Any]:
+    """The ``Manager`` arguments that publish ``address`` instead of this machine's hostname.
+
+    torchft publishes ``socket.gethostname()`` for the manager server and for the HTTP server a
+    healing group copies the state from; a hostname may resolve nowhere, or to 127.0.1.1.
+    """
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    host = f"[{address}]" if ":" in address else address
+
+    class PublishedHTTPTransport(HTTPTransport[Any]):  # type: ignore[misc]  # untyped torchft
+        """torchft's HTTP checkpoint transport, reached at ``address``."""
+
+        def address(self) -> str:
+            """Where the other groups fetch this process's state (``.../checkpoint/``)."""
+            port = self._server.socket.getsockname()[1]
+            return f"http://{host}:{port}/checkpoint/"
+
+    return {
+        "hostname": host,
+        "checkpoint_transport": PublishedHTTPTransport(timeout=timeout, num_chunks=0),
+    }
+
+
+class OuterSync:
+    """torchft's (streaming) DiLoCo, driven by accel one phase of a sync at a time.
+
+    torchft's ``DiLoCo`` runs its syncs from optimizer hooks; accel instead calls the phases of
+    one sync itself, so that it can form the sync's quorum, refuse the sync when the groups
+    changed since the round's samples were split, and account the round's samples:
+    :meth:`start` (quorum, heal, pseudo-gradient all-reduce of the fragment due), then
+    :meth:`finish` (outer step on commit; parameters restored to the last sync otherwise).
+
+    Example:
+        >>> sync = create_diloco(manager, [model], optimizer, [outer], sync_every=8)
+        >>> sync.start()
+        >>> committed = sync.finish()
+    """
+
+    def __init__(self, diloco: Any, manager: ReplicaManager) -> None:
+        self._diloco = diloco
+        self.manager = manager
+        self._fragment: Any = None
+
+    @property
+    def fragments(self) -> int:
+        """Fragments of the model (1: plain DiLoCo)."""
+        return len(self._diloco._fragments)
+
+    @property
+    def started(self) -> bool:
+        """Whether a sync was started and not finished."""
+        return self._fragment is not None
+
+    def start(self, form_quorum: bool = True) -> None:
+        """Form the sync's quorum (may heal this group) and start the fragment's all-reduce.
+
+        Args:
+            form_quorum: False when the caller formed the quorum already.
+
+        Raises:
+            ReplicaQuorumError: No quorum within the quorum timeout.
+        """
+        if form_quorum:
+            self.manager.start_step()
+        # torchft picks the fragment from the committed step (healed with the state).
+        self._fragment = self._diloco._fragments[self._diloco._current_fragment()]
+        self._fragment.prepare_sync()
+
+    def finish(self) -> bool:
+        """Wait for the all-reduce, vote, and apply the outer step if every group committed."""
+        fragment, self._fragment = self._fragment, None
+        return bool(fragment.perform_sync())
+
+
+def create_diloco(
+    manager: ReplicaManager,
+    fragments: list[torch.nn.Module],
+    inner_optimizer: torch.optim.Optimizer,
+    outer_optimizers: list[torch.optim.Optimizer],
+    sync_every: int,
+    *,
+    fragment_sync_delay: int = 0,
+    fragment_update_alpha: float = 0.0,
+    should_quantize: bool = False,
+) -> OuterSync:
+    """The torchft ``DiLoCo`` over ``fragments``, for :class:`OuterSync` to drive.
+
+    It copies the parameters now (the state the first sync starts from) and registers the
+    fragments' last synced parameters and outer optimizers with the manager, so that a healing
+    group copies them. Check the arguments first: torchft answers bad ones with bare errors.
+
+    Example:
+        >>> sync = create_diloco(manager, [model], optimizer, [torch.optim.SGD(...)], 8)
+
+    Args:
+        manager: This process's replica manager (synchronous quorum).
+        fragments: The model's fragments (one module: plain DiLoCo).
+        inner_optimizer: The optimizer that steps every inner step.
+        outer_optimizers: One outer optimizer per fragment.
+        sync_every: Inner steps between two syncs of the same fragment.
+        fragment_sync_delay: Inner steps between starting and applying a fragment's average.
+        fragment_update_alpha: Share of the local parameters mixed into a synced fragment.
+        should_quantize: Quantize the pseudo-gradients (CUDA and triton only).
+
+    Raises:
+        FaultToleranceUnavailableError: torchft is not installed.
+    """
+    import_torchft_native()
+    from torchft.local_sgd import DiLoCo
+
+    diloco = DiLoCo(
+        manager._manager,
+        fragments,
+        inner_optimizer,
+        outer_optimizers,
+        sync_every=sync_every,
+        fragment_sync_delay=fragment_sync_delay,
+        fragment_update_alpha=fragment_update_alpha,
+        should_quantize=should_quantize,
+    )
+    return OuterSync(diloco, manager)

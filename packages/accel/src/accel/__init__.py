@@ -36,6 +36,7 @@ _EXPORTS = {
     "is_rich_available": "accel.availability",
     "GradientAccumulationPlugin": "accel.plugins",
     "FaultTolerancePlugin": "accel.replica_training",
+    "DiLoCoSettings": "accel.diloco",
     "DeepSpeedPlugin": "accel.strategies.deepspeed.plugin",
     "FullyShardedDataParallelPlugin": "accel.strategies.fsdp.plugin",
     "ParallelismConfig": "accel_state",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from accel.accelerator import Accelerator as Accelerator
     from accel.accelerator_state import AcceleratorState as AcceleratorState
     from accel.availability import is_rich_available as is_rich_available
+    from accel.diloco import DiLoCoSettings as DiLoCoSettings
     from accel.errors import AcceleratorConfigError as AcceleratorConfigError
     from accel.errors import AccelError as AccelError
     from accel.errors import AliasError as AliasError

@@ -17,6 +17,9 @@ the script nothing changes: ``Accelerator()`` reads the launcher's variables (or
   from scratch beside the job, and a group that finds the job finished
   (``ACCEL_FT_JOB_FINISHED_FILE`` exists) has nothing to train and exits with code 0
   (:class:`ReplicaJobFinished`);
+* inside ``LocalSGD(..., diloco=DiLoCoSettings())`` the groups train apart and sync every
+  round instead (DiLoCo, :mod:`accel.outer_rounds`): the optimizer steps without the
+  per-step average and vote, and a step of the shared position is one round;
 * ``gather``, ``reduce``, ``wait_for_everyone`` stay inside the group; ``save_state`` writes
   in one group only (the first of the step's quorum), and the others write the checkpoint
   themselves if that group does not confirm that it finished.
@@ -69,6 +72,7 @@ class ReplicaJobFinished(SystemExit):
 
 if TYPE_CHECKING:
     from accel.optimizer import AcceleratedOptimizer
+    from accel.outer_rounds import OuterRounds
     from accel_ckpt import ProjectConfiguration, TrainingObjects
     from accel_data import DataLoaderConfiguration
 
@@ -142,6 +146,9 @@ class FaultTolerancePlugin:
         timeout: Seconds for the collectives across groups, commit votes and healing copies.
         quorum_timeout: Seconds a step waits for its quorum (too few groups: the job stops).
         connect_timeout: Seconds to reach the lighthouse and the other groups.
+        address: This machine's address as the other groups reach it (``ACCEL_FT_ADDRESS``,
+            which ``accel launch --ft_lighthouse`` writes); ``None``: torchft's own choice (the
+            hostname), for groups on one machine.
     """
 
     replica_id: int | None = None
@@ -152,6 +159,7 @@ class FaultTolerancePlugin:
     timeout: float = 30.0
     quorum_timeout: float = 60.0
     connect_timeout: float = 30.0
+    address: str | None = None
 
     @classmethod
     def from_env(cls) -> FaultTolerancePlugin | None:
@@ -176,6 +184,8 @@ class FaultTolerancePlugin:
                 setattr(values, field, _int_variable(variable))
         if values.lighthouse is None:
             values.lighthouse = os.environ.get(contract.FT_LIGHTHOUSE)
+        if values.address is None:
+            values.address = os.environ.get(contract.FT_ADDRESS) or None
         if values.job_finished_file is None:
             values.job_finished_file = os.environ.get(contract.FT_JOB_FINISHED_FILE)
         if values.min_replicas is None:
@@ -240,6 +250,10 @@ class ReplicaGroupTraining:
         self._relaunched = int(os.environ.get(contract.FT_GROUP_RESTART_COUNT, "0")) > 0
         #: Took part in a quorum with the job (healed, or with every group): trains normally.
         self._joined = False
+        #: DiLoCo rounds in progress (``LocalSGD(diloco=...)``), else per-step commits.
+        self.rounds: OuterRounds | None = None
+        #: ``(participant rank, participants)`` the round's samples are split by.
+        self.round_split: tuple[int | None, int] | None = None
         partial = accelerator.state.partial
         self.manager: ReplicaManager = create_replica_manager(
             device_type=accelerator.device.type,
@@ -253,12 +267,23 @@ class ReplicaGroupTraining:
             connect_timeout_s=plugin.connect_timeout,
             state_dict=self.healing_state,
             load_state_dict=self.load_healing_state,
+            address=plugin.address,
         )
         atexit.register(self.manager.shutdown)
 
     # The quorum (accel_data.shared_position.StepQuorum) ----------------------------------------
     def open_step(self) -> tuple[int, int]:
-        """This process's ``(slot, slots)`` in the open step, forming its quorum if needed."""
+        """This process's ``(slot, slots)`` in the open step, forming its quorum if needed.
+
+        In DiLoCo rounds no quorum is formed here once the group joined: the round's samples are
+        split by the quorum of the last sync.
+        """
+        if self.rounds is not None:
+            if not self._joined:
+                self._start_step()
+            rank, participants = self.round_split or self.quorum_place()
+            size = self.manager.group_size
+            return (rank or 0) * size + self.manager.group_rank, max(participants, 1) * size
         if not self._step_open:
             self._start_step()
             self._step_open = True
@@ -316,11 +341,16 @@ class ReplicaGroupTraining:
             # Healed (the job's step copied in), or every group is here (a fresh job, or one
             # that failed before its first commit); a fresh group that waited the quorum
             # timeout goes on with the groups that came.
-            if (
+            joins = (
                 self.manager.committed_steps > 0
                 or self.manager.participants >= replicas
                 or (late and not self._relaunched)
-            ):
+            )
+            if self.rounds is not None:
+                # The groups of this quorum are in a sync (or joining too): take part in it.
+                fresh = self.manager.committed_steps == 0 and not self._relaunched
+                self.rounds.join(commit=joins and fresh)
+            if joins:
                 if late and self.manager.participants < replicas:
                     self._say(
                         f"replica group {self.plugin.replica_id} starts with "
@@ -380,6 +410,38 @@ class ReplicaGroupTraining:
         if self._accelerator.is_main_process:
             print(f"accel: {line}", file=sys.stderr, flush=True)
 
+    def close_round(self) -> None:
+        """The epoch's samples are all handed out: a DiLoCo round syncs now (else nothing)."""
+        if self.rounds is not None:
+            self.rounds.close_round()
+
+    # DiLoCo rounds (accel.outer_rounds) --------------------------------------------------------
+    def start_rounds(self, rounds: OuterRounds) -> None:
+        """Train in DiLoCo rounds from now on (``LocalSGD(diloco=...)`` enters)."""
+        self.rounds = rounds
+        self.round_split = self.quorum_place() if self._joined else None
+
+    def stop_rounds(self) -> None:
+        """Back to per-step commits (``LocalSGD(diloco=...)`` exits)."""
+        self.rounds = None
+        self.round_split = None
+
+    def quorum_place(self) -> tuple[int | None, int]:
+        """``(participant rank, participants)`` in the quorum formed last."""
+        return self.manager.participant_rank, self.manager.participants
+
+    def round_pending(self) -> bool:
+        """Whether samples were handed out since the last sync."""
+        return any(loader.position.pending > 0 for loader in self._loaders)
+
+    def round_ended(self, committed: bool) -> None:
+        """A sync ended: commit the round's samples (or hand them out again); split anew."""
+        self._saving_rank = self.manager.participant_rank
+        self._quorum_seen = True
+        self.round_split = self.quorum_place()
+        for loader in self._loaders:
+            loader.step_ended(committed)
+
     def serves_shared_position(self) -> bool:
         """Training iterations (a prepared model in train mode) take the shared position."""
         models = self._accelerator.training_objects.models
@@ -416,7 +478,12 @@ class ReplicaGroupTraining:
             )
 
     def finish_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Average the gradients across groups and vote; whether the optimizer may step."""
+        """Average the gradients across groups and vote; whether the optimizer may step.
+
+        In DiLoCo rounds the optimizer steps on the group's own gradients: True at once.
+        """
+        if self.rounds is not None:
+            return True
         self.open_step()
         gradients = [
             _local(parameter.grad)

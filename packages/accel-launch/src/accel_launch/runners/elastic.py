@@ -332,8 +332,12 @@ def _stopped_for_peer(failure: str) -> int:
 
 
 def _network_line(plan: LaunchPlan) -> str:
-    """``; network: eth0 (198.18.0.11), ...`` for a job on several machines, else nothing."""
-    if plan.num_machines == 1:
+    """``; network: eth0 (198.18.0.11), ...`` for a job on several machines, else nothing.
+
+    A replica group on one machine whose lighthouse is elsewhere has its interface chosen too
+    (the one that routes to the lighthouse): that is said as well.
+    """
+    if plan.num_machines == 1 and plan.interface is None:
         return ""
     if plan.interface is not None:
         return (

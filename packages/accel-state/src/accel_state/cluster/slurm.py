@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 
 from accel_state.cluster.base import ClusterEnvironment, ProcessLayout
+from accel_state.contract import FT_REPLICA_ID
 from accel_state.envvars import read_int
 from accel_state.errors import EnvironmentConfigError
 
@@ -130,13 +131,15 @@ def check_task_count(environ: Mapping[str, str], layout: ProcessLayout) -> None:
     """Refuse a one-process world inside an ``srun`` step of several tasks.
 
     ``srun -n2 bash -c 'python train.py'`` names the job ``bash``, which reads as an interactive
-    session: each task would then train alone, as two unrelated copies, with no word said.
+    session: each task would then train alone, as two unrelated copies, with no word said. A
+    process of a replica group (``accel launch --ft_replicas``, one group per task) is its own
+    world by design: the groups meet through torchft, not through this world.
 
     Raises:
-        EnvironmentConfigError: ``SLURM_PROCID`` is set, the step has more than one task, and the
-            world accel resolved has one process.
+        EnvironmentConfigError: ``SLURM_PROCID`` is set, the step has more than one task, the
+            world accel resolved has one process and it is not in a replica group.
     """
-    if layout.world_size != 1 or "SLURM_PROCID" not in environ:
+    if layout.world_size != 1 or "SLURM_PROCID" not in environ or FT_REPLICA_ID in environ:
         return
     name = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in environ else "SLURM_NTASKS"
     text = environ.get(name, "").strip()

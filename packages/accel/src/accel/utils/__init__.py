@@ -64,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "DeepSpeedPlugin": "accel.utils.deepspeed",
     "DeepSpeedSchedulerWrapper": "accel.utils.deepspeed",
     "DeepSpeedSequenceParallelConfig": "accel_state",
+    "DiLoCoSettings": "accel.diloco",
     "disable_fsdp_ram_efficient_loading": "accel.utils.fsdp_utils",
     "disk_offload": "accel_ckpt.big_modeling",
     "dispatch_model": "accel_ckpt.big_modeling",
@@ -293,6 +294,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 if TYPE_CHECKING:
     from accel.compilation import compile_regions as compile_regions
     from accel.compilation import has_compiled_regions as has_compiled_regions
+    from accel.diloco import DiLoCoSettings as DiLoCoSettings
     from accel.fp8.ao import convert_model_to_fp8_ao as convert_model_to_fp8_ao
     from accel.fp8.ao import (
         filter_first_and_last_linear_layers as filter_first_and_last_linear_layers,
