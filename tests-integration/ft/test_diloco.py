@@ -111,8 +111,10 @@ def test_diloco_survives_a_kill_mid_round(
     survivor, relaunched = rounds(out, 1 - victim), rounds(out, victim)
     assert len({r["pid"] for r in survivor}) == 1, "the surviving group was restarted"
     assert {r["life"] for r in relaunched} == {0, 1}
-    # The round the kill interrupted failed in the survivor, as did the one its return changed.
-    assert sum(not r["committed"] for r in survivor) >= 2, survivor
+    # The round the kill interrupted failed in the survivor: its sync's quorum lost the victim,
+    # or already held the relaunched group (a new member). When the relaunch comes back later,
+    # the round its return changes fails too; how soon it comes back is not asserted.
+    assert sum(not r["committed"] for r in survivor) >= 1, survivor
     # Whether the survivor also commits a round alone depends on how soon the relaunch comes
     # back (on a quiet machine it can rejoin before the survivor's next sync): not asserted.
     assert any(r["committed"] and r["life"] == 1 for r in relaunched), "never healed"
