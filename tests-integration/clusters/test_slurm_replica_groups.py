@@ -25,7 +25,7 @@ from test_slurm_two_nodes import JOB_TIMEOUT, ROOT, TwoNodes, output, started_tw
 sys.path.insert(0, str(ROOT / "tests-integration" / "ft"))
 from ft_checks import (
     WORKER,
-    assert_each_sample_once,
+    assert_each_epoch_used_once,
     assert_replicas_bit_equal,
     records,
 )
@@ -103,8 +103,8 @@ def test_one_replica_group_per_node_ends_bit_equal_with_each_sample_once(
         said = f"network: eth0 ({address}), which routes to the lighthouse 198.18.0.10"
         assert said in log, log[-4000:]
     out = tmp_path / "out"
-    assert_replicas_bit_equal(out, per_host=1)
-    assert_each_sample_once(out, epochs=2, samples=96)
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(2), 96)
     for replica in (0, 1):
         steps = records(out, replica)
         assert steps and all(r["committed"] and r["participants"] == 2 for r in steps), steps
@@ -129,8 +129,8 @@ def test_a_killed_group_is_relaunched_on_its_node_and_heals_from_the_other(
     assert {r["life"] for r in two} == {0, 1}, sorted({r["life"] for r in two})
     relaunched = [r for r in two if r["life"] == 1 and r["committed"]]
     assert relaunched and relaunched[-1]["participants"] == 2, two[-5:]
-    assert_replicas_bit_equal(out, per_host=1)
-    assert_each_sample_once(out, epochs=1, samples=samples)
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(1), samples)
     alone = sum(r["committed"] and r["participants"] == 1 for r in one)
     print(
         f"  node 0: {len(one)} steps, {alone} without node 1; node 1's second life: "

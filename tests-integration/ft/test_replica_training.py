@@ -24,12 +24,13 @@ from typing import Any
 import pytest
 import torch
 from conftest import SHORT_QUORUM_TIMEOUT_SEC, TIMEOUT_SEC
+from ft_checks import WORKER, assert_replicas_bit_equal, finals
+from ft_checks import assert_each_epoch_used_once as assert_epochs_used_once
 from safetensors.torch import load_file
 
 from accel_state.testing import find_free_port
 
 HERE = Path(__file__).parent
-WORKER = HERE / "ft_everyday.py"
 SAMPLES = 96
 #: The lighthouse counts a silent group out after this (accel's default).
 HEARTBEAT_SEC = 5
@@ -88,62 +89,6 @@ def lives(out: Path, replica: int, rank: int = 0) -> list[int]:
     return [seen[life] for life in sorted(seen)]
 
 
-def finals(out: Path) -> dict[str, dict[str, Any]]:
-    """Each process's final model/optimizer/scheduler state, by file name."""
-    return {
-        path.name: torch.load(path, weights_only=False) for path in sorted(out.glob("final-*.pt"))
-    }
-
-
-def bit_equal(first: Any, second: Any) -> bool:
-    """Whether two nested states hold identical tensors and values."""
-    if isinstance(first, torch.Tensor):
-        return isinstance(second, torch.Tensor) and torch.equal(first, second)
-    if isinstance(first, dict):
-        return first.keys() == second.keys() and all(bit_equal(first[k], second[k]) for k in first)
-    if isinstance(first, (list, tuple)):
-        return len(first) == len(second) and all(map(bit_equal, first, second))
-    return bool(first == second)
-
-
-def assert_replicas_bit_equal(
-    out: Path, replicas: int, processes: int, steps_before_launch: int = 0
-) -> None:
-    """Rank r of every group ends with the same state (its shard, under FSDP2).
-
-    The scheduler moved on committed steps only (of this launch, after those it resumed from).
-    """
-    states = finals(out)
-    assert len(states) == replicas * processes, sorted(states)
-    for name, state in states.items():
-        # A prepared scheduler steps once per process of the group per step (Accelerate's rule).
-        moves = state["scheduler"]["last_epoch"] - steps_before_launch
-        assert moves == state["committed_steps"] * processes, name
-    for rank in range(processes):
-        reference = states[f"final-r0-p{rank}.pt"]
-        for replica in range(1, replicas):
-            other = states[f"final-r{replica}-p{rank}.pt"]
-            assert bit_equal(reference, other), f"replica {replica} rank {rank} differs"
-
-
-def assert_each_epoch_used_once(out: Path, epochs: range, samples: int = SAMPLES) -> None:
-    """The committed steps of each epoch (all records pooled) tile ``0..samples`` exactly."""
-    committed: dict[tuple[int, int], set[int]] = {}
-    for path in out.glob("steps-*.jsonl"):
-        for record in map(json.loads, path.read_text().splitlines()):
-            if record["committed"]:
-                committed.setdefault((record["epoch"], record["first"]), set()).add(record["count"])
-    assert {epoch for epoch, _ in committed} == set(epochs), sorted(committed)
-    for epoch in epochs:
-        position = 0
-        for first in sorted(first for at_epoch, first in committed if at_epoch == epoch):
-            counts = committed[(epoch, first)]
-            assert len(counts) == 1, f"epoch {epoch} at {first}: steps of sizes {counts}"
-            assert first == position, f"epoch {epoch}: samples {position}..{first} lost or reused"
-            position += counts.pop()
-        assert position == samples, f"epoch {epoch} ended at {position} of {samples}"
-
-
 def longest_stall(out: Path, replica: int) -> float:
     """Seconds of the longest pause between two steps of one life of ``replica``."""
     steps = records(out, replica)
@@ -176,7 +121,7 @@ def test_kills_in_every_phase_of_a_step_then_a_fresh_launch_resumes(
     assert sum(not r["committed"] for r in survivor) >= 1, "no step of the survivor failed"
     assert longest_stall(out, 0) < HEARTBEAT_SEC + TIMEOUT_SEC + 2
     assert_replicas_bit_equal(out, 2, 1)
-    assert_each_epoch_used_once(out, range(4))
+    assert_epochs_used_once(out, range(4), SAMPLES)
     evaluations = [
         json.loads(line) for line in (out / "evals-r0-p0.jsonl").read_text().splitlines()
     ]
@@ -193,7 +138,7 @@ def test_kills_in_every_phase_of_a_step_then_a_fresh_launch_resumes(
     assert resumed.returncode == 0, report(resumed)
     assert {r["epoch"] for r in records(out, 0)} == {4}
     assert_replicas_bit_equal(out, 2, 1, steps_before_launch=steps_before)
-    assert_each_epoch_used_once(out, range(4, 5))
+    assert_epochs_used_once(out, range(4, 5), SAMPLES)
 
 
 def test_accumulation_counts_committed_steps_through_a_kill(
@@ -207,7 +152,7 @@ def test_accumulation_counts_committed_steps_through_a_kill(
     assert result.returncode == 0, report(result)
     assert len(lives(out, 0)) == 1 and len(lives(out, 1)) == 2
     assert_replicas_bit_equal(out, 2, 1)
-    assert_each_epoch_used_once(out, range(2), samples=192)
+    assert_epochs_used_once(out, range(2), samples=192)
     # Steps are whole accumulations: 3 micro-batches of 4 per group taking part.
     for record in records(out, 0):
         expected = min(12 * record["participants"], 192 - record["first"])  # the epoch's end
@@ -235,7 +180,7 @@ def test_three_groups_heal_through_killed_sources_targets_and_saves(
     relaunches = (result.stdout + result.stderr).count("relaunching it (restart")
     assert relaunches >= 4, [lives(out, replica) for replica in range(3)]
     assert_replicas_bit_equal(out, 3, 1)
-    assert_each_epoch_used_once(out, range(2))
+    assert_epochs_used_once(out, range(2), SAMPLES)
     # The save cut short was written by another group, into the same folder; every
     # checkpoint is complete (a staging folder the killed writer left is all that may remain).
     output = result.stdout + result.stderr
@@ -263,7 +208,7 @@ def test_groups_of_two_processes_lose_a_whole_group(
         assert len(lives(out, 0, rank)) == 1
         assert len(lives(out, 1, rank)) == 2
     assert_replicas_bit_equal(out, 2, 2)
-    assert_each_epoch_used_once(out, range(2))
+    assert_epochs_used_once(out, range(2), SAMPLES)
 
 
 #: The end of a job with a group down: (kill plan, worker options, samples). "ms" steps take
@@ -299,7 +244,7 @@ def test_a_job_that_ends_with_a_group_down_succeeds_with_every_sample_trained(
     assert len(lives(out, survivor)) == 1, "the surviving group was restarted"
     assert (out / "kill-0-rank0").exists(), "the planned kill did not happen"
     assert output.count("relaunching it (restart") == 1, report(result)
-    assert_each_epoch_used_once(out, range(1), samples=samples)
+    assert_epochs_used_once(out, range(1), samples=samples)
     assert "ReplicaQuorumError" not in output, report(result)
     if "1s" in case and (out / f"final-r{killed}-p0.pt").exists():
         # The relaunch came in time to heal before the last step: it ends like the survivor.
@@ -345,7 +290,7 @@ def test_groups_start_together_and_one_that_comes_after_the_end_trains_nothing(
     assert [r["participants"] for r in records(after, 0)] == [1] * 40
     assert "replica group 1 started after replica group 0 had finished the job" in output
     assert not (after / "steps-r1-p0.jsonl").read_text()
-    assert_each_epoch_used_once(after, range(1), samples=160)
+    assert_epochs_used_once(after, range(1), samples=160)
     checkpoints = sorted(p.name for p in (after / "project" / "checkpoints").iterdir())
     assert checkpoints == ["checkpoint_0"], checkpoints
 

@@ -43,7 +43,7 @@ from test_hosts import TestHost, TestHosts
 sys.path.insert(0, str(ROOT / "tests-integration" / "ft"))
 from ft_checks import (
     WORKER,
-    assert_each_sample_once,
+    assert_each_epoch_used_once,
     assert_replicas_bit_equal,
     records,
 )
@@ -131,8 +131,8 @@ def test_everyday_loop_over_two_hosts_ends_bit_equal_with_each_sample_once(
     finally:
         stop_process_tree(lighthouse)
     assert_all_ended_well(finished, lighthouse_log)
-    assert_replicas_bit_equal(out, per_host=2)
-    assert_each_sample_once(out, epochs=2, samples=96)
+    assert_replicas_bit_equal(out, 2, 2)
+    assert_each_epoch_used_once(out, range(2), 96)
     for replica in (0, 1):
         steps = records(out, replica)
         assert steps and all(r["committed"] and r["participants"] == 2 for r in steps), steps
@@ -218,8 +218,8 @@ def test_a_cut_link_host_one_goes_on_host_two_rejoins_and_heals(
     assert any(r["committed"] and r["time"] > mended_at for r in two), "host 2 never rejoined"
     if cut_sec > quorum_timeout:
         assert len({r["life"] for r in two}) > 1, "host 2's group outlived its quorum timeout"
-    assert_replicas_bit_equal(out, per_host=1)
-    assert_each_sample_once(out, epochs=1, samples=samples)
+    assert_replicas_bit_equal(out, 2, 1)
+    assert_each_epoch_used_once(out, range(1), samples)
 
     crossed = bytes_to - bytes_from
     together_steps = sum(steps_from <= t < cut_at for t in one_times)

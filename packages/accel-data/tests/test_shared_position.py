@@ -1,6 +1,6 @@
 """Batches by a position shared across replica groups (accel_data.shared_position).
 
-The quorum here is a plain object answering ``StepQuorum``'s two questions with the slots a
+The quorum here is a plain object answering ``StepQuorum``'s questions with the slots a
 test sets; the replica groups themselves (torchft, real processes) are exercised end to end in
 tests-integration/ft.
 """
@@ -39,6 +39,9 @@ class Slots:
 
     def serves_shared_position(self) -> bool:
         return self.training
+
+    def close_round(self) -> None:
+        """Steps of one batch: nothing to end."""
 
 
 def numbered(count: int) -> TensorDataset:

@@ -11,7 +11,7 @@ order), and every step takes the next samples of that order after the *committed
 * a group healed from a live peer copies the position and continues where the others are.
 
 A step may span several batches (DiLoCo rounds: the samples of all of them are pending until
-the round's sync); such a quorum has ``close_round()``, called when the epoch's samples are all
+the round's sync); the quorum's ``close_round()`` is called when the epoch's samples are all
 handed out. Over an epoch every sample is used in exactly one committed step. The quorum (which
 processes take part, and whether a step committed) is not decided here: a :class:`StepQuorum`
 says.
@@ -48,10 +48,13 @@ class StepQuorum(Protocol):
         """Whether an iteration starting now is training (else it stays inside the group)."""
         ...  # pragma: no cover
 
-    # Optional: ``close_round()``, called when the epoch's samples are all handed out while
-    # some are still pending. A quorum whose steps span several batches (DiLoCo rounds) ends
-    # its step there (committing the samples, or handing them out again); quorums without it
-    # keep the pending samples as they are.
+    def close_round(self) -> None:
+        """The epoch's samples are all handed out while some are pending: end the step now.
+
+        A quorum whose steps span several batches (DiLoCo rounds) commits the samples there, or
+        hands them out again; one whose step is one batch does nothing.
+        """
+        ...  # pragma: no cover
 
 
 @dataclasses.dataclass
@@ -152,9 +155,8 @@ class SharedPositionBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         while True:
-            close_round = getattr(self.quorum, "close_round", None)
-            if self._remaining() <= 0 and self.position.pending > 0 and close_round is not None:
-                close_round()  # a round spanning batches ends with the epoch's samples
+            if self._remaining() <= 0 and self.position.pending > 0:
+                self.quorum.close_round()  # a round spanning batches ends with the epoch's samples
             if self._remaining() <= 0:
                 self._finish_epoch()
                 return

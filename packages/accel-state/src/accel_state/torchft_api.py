@@ -360,11 +360,13 @@ class OuterSync:
     torchft's ``DiLoCo`` runs its syncs from optimizer hooks; accel instead calls the phases of
     one sync itself, so that it can form the sync's quorum, refuse the sync when the groups
     changed since the round's samples were split, and account the round's samples:
-    :meth:`start` (quorum, heal, pseudo-gradient all-reduce of the fragment due), then
+    :meth:`start` (the pseudo-gradient all-reduce of the fragment due, once the caller formed
+    the quorum, which may heal this group), then
     :meth:`finish` (outer step on commit; parameters restored to the last sync otherwise).
 
     Example:
         >>> sync = create_diloco(manager, [model], optimizer, [outer], sync_every=8)
+        >>> manager.start_step()
         >>> sync.start()
         >>> committed = sync.finish()
     """
@@ -384,17 +386,12 @@ class OuterSync:
         """Whether a sync was started and not finished."""
         return self._fragment is not None
 
-    def start(self, form_quorum: bool = True) -> None:
-        """Form the sync's quorum (may heal this group) and start the fragment's all-reduce.
+    def start(self) -> None:
+        """Start the due fragment's pseudo-gradient all-reduce, in the quorum formed last.
 
-        Args:
-            form_quorum: False when the caller formed the quorum already.
-
-        Raises:
-            ReplicaQuorumError: No quorum within the quorum timeout.
+        The caller forms the sync's quorum first (``manager.start_step()``, which may heal this
+        group), so that it can decide on the sync in between.
         """
-        if form_quorum:
-            self.manager.start_step()
         # torchft picks the fragment from the committed step (healed with the state).
         self._fragment = self._diloco._fragments[self._diloco._current_fragment()]
         self._fragment.prepare_sync()

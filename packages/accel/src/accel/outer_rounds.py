@@ -95,7 +95,7 @@ class OuterRounds:
                 no pseudo-gradient and may commit); otherwise it is refused.
         """
         agreed = self._agree(refuse=not commit)
-        self.sync.start(form_quorum=False)
+        self.sync.start()
         if not agreed:
             self.sync.manager.report_error(
                 "a replica group joined the job: the round's samples were split without it"
@@ -105,7 +105,7 @@ class OuterRounds:
     def _start(self) -> None:
         self.sync.manager.start_step()
         agreed = self._agree(refuse=self.training.quorum_place() != self.training.round_split)
-        self.sync.start(form_quorum=False)
+        self.sync.start()
         if not agreed:
             # Every group of the quorum refuses; finish now, the round is over.
             self.sync.manager.report_error(
